@@ -1,0 +1,9 @@
+//! The Trainforge operator library.
+//!
+//! - [`crdgen`]: CRD YAML generation from the Rust API types (`trainforge crds`).
+//! - [`plugin`]: the sandboxed Wasm component runtime that runs framework plugins.
+//! - [`cli`]: the `trainforge` command line.
+
+pub mod cli;
+pub mod crdgen;
+pub mod plugin;

@@ -1,0 +1,3 @@
+//! The sandboxed Wasm plugin runtime. Owned by the plugin-runtime work (issue 3).
+
+pub mod cli;

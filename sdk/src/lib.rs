@@ -1,0 +1,1 @@
+//! The Trainforge plugin SDK.

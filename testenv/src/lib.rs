@@ -1,0 +1,1 @@
+//! A real Kubernetes control plane for tests, CI and the demo.
