@@ -3,5 +3,17 @@
 //!
 //! This crate is shared by the operator host and by plugins, so it must build
 //! for `wasm32-wasip2`: no I/O, no client, only types and pure helpers.
+//!
+//! - [`trainer::v1alpha1`] — TrainJob, TrainingRuntime, ClusterTrainingRuntime.
+//! - [`jobset::v1alpha2`] — JobSet.
+//! - [`scheduling`] — scheduler-plugins and Volcano PodGroups.
+//! - [`crds`] — the CRDs of our kinds, generated from these types ([`schema`]
+//!   makes the schemas structural).
 
+pub mod cel;
+pub mod crds;
+pub mod jobset;
 pub mod plugin;
+pub mod scheduling;
+pub mod schema;
+pub mod trainer;

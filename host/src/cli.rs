@@ -17,6 +17,8 @@ pub struct Cli {
 enum Command {
     /// Write (or check) the generated CRD YAML files.
     Crds(crate::crdgen::CrdsArgs),
+    /// Print the objects the operator would apply for TrainJobs (no cluster).
+    Render(crate::render::RenderArgs),
     /// Tools for plugin authors: inspect, run and benchmark a `.wasm` plugin.
     #[command(subcommand)]
     Plugin(crate::plugin::cli::PluginCommand),
@@ -28,6 +30,7 @@ pub fn main() -> ExitCode {
     init_tracing();
     let result = match cli.command {
         Command::Crds(args) => crate::crdgen::run(&args).map_err(|e| e.to_string()),
+        Command::Render(args) => crate::render::run(&args).map_err(|e| e.to_string()),
         Command::Plugin(cmd) => crate::plugin::cli::run(cmd).map_err(|e| e.to_string()),
     };
     match result {

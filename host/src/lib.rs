@@ -3,9 +3,11 @@
 //! - [`crdgen`]: CRD YAML generation from the Rust API types (`trainforge crds`).
 //! - [`plugin`]: the sandboxed Wasm component runtime that runs framework plugins.
 //! - [`pipeline`]: the pure TrainJob + runtime → objects pipeline.
+//! - [`render`]: `trainforge render`, the pipeline without a cluster.
 //! - [`cli`]: the `trainforge` command line.
 
 pub mod cli;
 pub mod crdgen;
 pub mod pipeline;
 pub mod plugin;
+pub mod render;

@@ -1,3 +1,20 @@
 //! The plugin-facing data model exchanged (as JSON) between the host and Wasm
-//! plugins: the runtime info a plugin sees and edits. Owned by the plugin
-//! runtime work; the merge that fills it belongs to the pipeline.
+//! plugins: the runtime info a plugin sees and edits, and native mirrors of
+//! the typed WIT envelope (`wit/plugin.wit`). Owned by the plugin runtime
+//! work; the merge that fills [`Info`] from a runtime and a TrainJob belongs
+//! to the pipeline ([`Info::from_runtime_template`] is only a simple stand-in
+//! used by `trainforge plugin run` and tests).
+//!
+//! Everything here is plain data plus pure helpers, so it builds for
+//! `wasm32-wasip2` and is shared by the host and by every plugin.
+
+mod envelope;
+mod info;
+
+pub use envelope::{
+    Descriptor, FieldError, FieldErrorType, KindRef, Mutation, Phase, PluginError, Validation,
+    WIT_VERSION,
+};
+pub use info::{
+    ANCESTOR_LABEL, Container, Info, InfoError, PodSet, RuntimePolicy, Scheduler, TemplateSpec,
+};

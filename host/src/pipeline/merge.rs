@@ -51,7 +51,7 @@ pub enum MergeError {
     #[error("the runtime has no spec.template.spec (JobSet blueprint)")]
     MissingTemplateSpec,
     /// An override names a replicated job that the runtime does not have.
-    #[error("{field}: the runtime has no replicated job {name:?}")]
+    #[error("{field}: {}", self.reason())]
     UnknownJob {
         /// The TrainJob field that names it.
         field: String,
@@ -59,7 +59,7 @@ pub enum MergeError {
         name: String,
     },
     /// An override names a container that the runtime job does not have.
-    #[error("{field}: the runtime job {job:?} has no {kind} {name:?}")]
+    #[error("{field}: {}", self.reason())]
     UnknownContainer {
         /// The TrainJob field that names it.
         field: String,
@@ -80,8 +80,47 @@ pub enum MergeError {
     },
 }
 
+impl MergeError {
+    /// The TrainJob field the problem is about.
+    pub fn field(&self) -> &str {
+        match self {
+            MergeError::UnknownJob { field, .. } | MergeError::UnknownContainer { field, .. } => field,
+            MergeError::MissingTemplateSpec => "spec.runtimeRef",
+            MergeError::InvalidResult { source_field, .. } => source_field,
+        }
+    }
+
+    /// The problem without the field name.
+    pub fn reason(&self) -> String {
+        match self {
+            MergeError::UnknownJob { name, .. } => format!("the runtime has no replicated job {name:?}"),
+            MergeError::UnknownContainer { job, kind, name, .. } => {
+                format!("the runtime job {job:?} has no {kind} {name:?}")
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
 /// Merge `job`'s overrides into `runtime` (pure; see the module docs).
+/// The first problem found is the error.
 pub fn merge(job: &TrainJob, runtime: &TrainingRuntimeSpec) -> Result<MergedTemplate, MergeError> {
+    let (merged, mut problems) = merge_collecting(job, runtime)?;
+    match problems.is_empty() {
+        true => Ok(merged),
+        false => Err(problems.remove(0)),
+    }
+}
+
+/// Merge like [`merge`], but skip each override that names a job or container
+/// the runtime does not have and return those problems beside the result, so
+/// admission can report them together with the plugins' findings. Only a
+/// runtime without a blueprint or an undecodable result is an error.
+pub fn merge_collecting(
+    job: &TrainJob,
+    runtime: &TrainingRuntimeSpec,
+) -> Result<(MergedTemplate, Vec<MergeError>), MergeError> {
+    let mut problems = Vec::new();
     let spec = &job.spec;
     let template_meta = runtime.template.metadata.as_ref();
     let mut labels = template_meta.and_then(|m| m.labels.clone()).unwrap_or_default();
@@ -109,15 +148,24 @@ pub fn merge(job: &TrainJob, runtime: &TrainingRuntimeSpec) -> Result<MergedTemp
         .unwrap_or_else(|| Value::Object(Map::new()));
         for (t, target) in ov.target_jobs.iter().enumerate() {
             let target_field = format!("{field}.targetJobs[{t}].name");
-            let index = job_index(runtime_spec, &target.name, &target_field)?;
+            let index = match job_index(runtime_spec, &target.name, &target_field) {
+                Ok(i) => i,
+                Err(e) => {
+                    problems.push(e);
+                    continue;
+                }
+            };
             let spec_ref = ov.spec.as_ref();
-            check_containers(
+            if let Err(e) = check_containers(
                 runtime_spec,
                 index,
                 spec_ref.and_then(|s| s.containers.as_ref()).map(|c| c.iter().map(|c| c.name.as_str())),
                 spec_ref.and_then(|s| s.init_containers.as_ref()).map(|c| c.iter().map(|c| c.name.as_str())),
                 &format!("{field}.spec"),
-            )?;
+            ) {
+                problems.push(e);
+                continue;
+            }
             if let Some(pod_template) = tree.pointer_mut(&format!("/replicatedJobs/{index}/template/spec/template")) {
                 strategic_merge::merge(pod_template, &pod_patch);
             }
@@ -135,17 +183,26 @@ pub fn merge(job: &TrainJob, runtime: &TrainingRuntimeSpec) -> Result<MergedTemp
         let mut rjobs = Vec::with_capacity(jobs_patch.len());
         for (j, rj) in jobs_patch.iter().enumerate() {
             let job_field = format!("{field}.replicatedJobs[{j}]");
-            let index = job_index(runtime_spec, &rj.name, &format!("{job_field}.name"))?;
+            let index = match job_index(runtime_spec, &rj.name, &format!("{job_field}.name")) {
+                Ok(i) => i,
+                Err(e) => {
+                    problems.push(e);
+                    continue;
+                }
+            };
             let job_tpl = rj.template.as_ref();
             let pod_tpl = job_tpl.and_then(|t| t.spec.as_ref()).and_then(|s| s.template.as_ref());
             let pod_spec = pod_tpl.and_then(|t| t.spec.as_ref());
-            check_containers(
+            if let Err(e) = check_containers(
                 runtime_spec,
                 index,
                 pod_spec.and_then(|s| s.containers.as_ref()).map(|c| c.iter().map(|c| c.name.as_str())),
                 pod_spec.and_then(|s| s.init_containers.as_ref()).map(|c| c.iter().map(|c| c.name.as_str())),
                 &format!("{job_field}.template.spec.template.spec"),
-            )?;
+            ) {
+                problems.push(e);
+                continue;
+            }
             let pod_patch = object([
                 ("metadata", meta_patch(pod_tpl.and_then(|t| t.metadata.as_ref()))),
                 ("spec", to_value(pod_spec, &job_field)?),
@@ -156,7 +213,9 @@ pub fn merge(job: &TrainJob, runtime: &TrainingRuntimeSpec) -> Result<MergedTemp
             ]);
             rjobs.push(object([("name", Some(json!(rj.name))), ("template", template)]));
         }
-        strategic_merge::merge(&mut tree, &json!({"replicatedJobs": rjobs}));
+        if !rjobs.is_empty() {
+            strategic_merge::merge(&mut tree, &json!({"replicatedJobs": rjobs}));
+        }
     }
     sort_jobs(&mut tree, &runtime_order);
 
@@ -192,13 +251,14 @@ pub fn merge(job: &TrainJob, runtime: &TrainingRuntimeSpec) -> Result<MergedTemp
         source_field: "spec".into(),
         reason: e.to_string(),
     })?;
-    Ok(MergedTemplate {
+    let merged = MergedTemplate {
         labels,
         annotations,
         spec: spec_out,
         ml_policy: runtime.ml_policy.clone(),
         pod_group_policy: runtime.pod_group_policy.clone(),
-    })
+    };
+    Ok((merged, problems))
 }
 
 /// The value of a replicated job's ancestor label, if any.

@@ -1,14 +1,258 @@
 //! `trainforge plugin ...` subcommands for plugin authors.
 
+use super::{
+    Grants, LoadedPlugin, PhaseInput, PluginRuntime, PluginSet, PluginSource, RuntimeConfig,
+    StaticObjects, ValidateInput, sample,
+};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use trainforge_api::plugin::{Info, InfoError, Phase};
+
 /// `trainforge plugin` subcommands.
 #[derive(Debug, clap::Subcommand)]
-pub enum PluginCommand {}
+pub enum PluginCommand {
+    /// Show a plugin's name, WIT version, policy keys, phases, kinds and sha256.
+    Inspect {
+        /// The component (`.wasm`).
+        file: PathBuf,
+        /// Refuse the file unless its sha256 is this (hex).
+        #[arg(long)]
+        sha256: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run every phase of a plugin on a TrainJob and runtime (dry run): print
+    /// the objects it would create, the resulting info and TrainJob, the
+    /// validation result and the status, as one JSON document.
+    Run {
+        /// The component (`.wasm`).
+        file: PathBuf,
+        /// TrainJob (YAML or JSON).
+        #[arg(long)]
+        trainjob: PathBuf,
+        /// TrainingRuntime or ClusterTrainingRuntime (YAML or JSON).
+        #[arg(long)]
+        runtime: PathBuf,
+        /// Plugin configuration (JSON).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Objects served to `host.get-object` (YAML or JSON; repeatable).
+        #[arg(long = "object")]
+        objects: Vec<PathBuf>,
+        /// Capabilities to grant (`random`, `clock`; repeatable).
+        #[arg(long = "grant")]
+        grants: Vec<String>,
+    },
+    /// Measure load time and per-phase call latency (fresh store per call).
+    Bench {
+        /// The component (`.wasm`).
+        file: PathBuf,
+        /// Calls per phase.
+        #[arg(long, default_value_t = 200)]
+        iterations: usize,
+        /// TrainJob (default: a synthetic one).
+        #[arg(long, requires = "runtime")]
+        trainjob: Option<PathBuf>,
+        /// Runtime (default: a synthetic ~20 KB JobSet-sized one).
+        #[arg(long, requires = "trainjob")]
+        runtime: Option<PathBuf>,
+        /// Plugin configuration (JSON).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
 
 /// Errors of the plugin CLI.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {}
+pub enum Error {
+    /// Reading an input file failed.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// An input file is not valid YAML/JSON.
+    #[error("parsing {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Parser message.
+        message: String,
+    },
+    /// The runtime could not be turned into an info.
+    #[error("building info from the runtime: {0}")]
+    Info(#[from] InfoError),
+    /// The plugin failed (load or call).
+    #[error(transparent)]
+    Plugin(#[from] super::Error),
+    /// Writing output failed.
+    #[error("writing output: {0}")]
+    Output(String),
+}
+
+fn read(path: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_owned(), source })
+}
+
+fn read_doc(path: &Path) -> Result<Value, Error> {
+    let text = read(path)?;
+    if let Ok(v) = serde_json::from_str(&text) {
+        return Ok(v);
+    }
+    serde_saphyr::from_str::<Value>(&text)
+        .map_err(|e| Error::Parse { path: path.to_owned(), message: e.to_string() })
+}
+
+fn load(rt: &PluginRuntime, file: &Path, config: Option<&Path>) -> Result<PluginSource, Error> {
+    let mut src = PluginSource::from_file(file)?;
+    if let Some(c) = config {
+        let v: Value = serde_json::from_str(&read(c)?)
+            .map_err(|e| Error::Parse { path: c.to_owned(), message: e.to_string() })?;
+        src.config = v.to_string();
+    }
+    let _ = rt;
+    Ok(src)
+}
+
+fn print_json(v: &Value) -> Result<(), Error> {
+    let s = serde_json::to_string_pretty(v).map_err(|e| Error::Output(e.to_string()))?;
+    println!("{s}");
+    Ok(())
+}
 
 /// Run a `trainforge plugin` subcommand.
 pub fn run(cmd: PluginCommand) -> Result<(), Error> {
-    match cmd {}
+    let rt = PluginRuntime::new(RuntimeConfig::default())?;
+    match cmd {
+        PluginCommand::Inspect { file, sha256, json } => {
+            let mut src = load(&rt, &file, None)?;
+            src.sha256 = sha256;
+            let size = src.bytes.len();
+            let p = rt.load(src)?;
+            inspect(&p, size, json)
+        }
+        PluginCommand::Run { file, trainjob, runtime, config, objects, grants } => {
+            let mut src = load(&rt, &file, config.as_deref())?;
+            let mut store = StaticObjects::default();
+            for o in &objects {
+                store.insert(&read_doc(o)?);
+            }
+            src.objects = Arc::new(store);
+            let (g, unknown) = Grants::from_names(grants.iter().map(String::as_str));
+            if !unknown.is_empty() {
+                eprintln!("warning: unknown capabilities ignored: {unknown:?}");
+            }
+            src.grants = g;
+            let p = rt.load(src)?;
+            let trainjob = read_doc(&trainjob)?;
+            let info = Info::from_runtime_template(&read_doc(&runtime)?, &trainjob)?;
+            print_json(&dry_run(&p, &trainjob, &info)?)
+        }
+        PluginCommand::Bench { file, iterations, trainjob, runtime, config } => {
+            let src = load(&rt, &file, config.as_deref())?;
+            let (trainjob, info) = match (trainjob, runtime) {
+                (Some(t), Some(r)) => {
+                    let t = read_doc(&t)?;
+                    let i = Info::from_runtime_template(&read_doc(&r)?, &t)?;
+                    (t, i)
+                }
+                _ => (sample::trainjob(), sample::info(&[])),
+            };
+            bench(&rt, src, &trainjob, &info, iterations.max(1))
+        }
+    }
+}
+
+fn inspect(p: &LoadedPlugin, size: usize, as_json: bool) -> Result<(), Error> {
+    let d = p.descriptor();
+    if as_json {
+        return print_json(&json!({"descriptor": d, "sha256": p.sha256(), "size": size}));
+    }
+    let list = |v: Vec<String>| if v.is_empty() { "-".to_owned() } else { v.join(", ") };
+    let kinds = |v: &[trainforge_api::plugin::KindRef]| list(v.iter().map(ToString::to_string).collect());
+    println!("name:          {}", d.name);
+    println!("version:       {}", d.version);
+    println!("wit-version:   {}", d.wit_version);
+    println!("sha256:        {}", p.sha256());
+    println!("size:          {size} bytes");
+    println!("policy-keys:   {}", list(d.policy_keys.clone()));
+    println!("phases:        {}", list(d.phases.clone()));
+    println!("emits:         {}", kinds(&d.emits));
+    println!("reads:         {}", kinds(&d.reads));
+    println!("watches:       {}", kinds(&d.watches));
+    println!("capabilities:  {}", list(d.capabilities.clone()));
+    Ok(())
+}
+
+/// Every phase of one plugin, like a reconcile plus admission, as JSON.
+pub fn dry_run(p: &LoadedPlugin, trainjob: &Value, info: &Info) -> Result<Value, Error> {
+    let set = PluginSet::new(vec![p.clone()])?;
+    let validation = set.validate(trainjob, None, info)?;
+    let out = set.reconcile(trainjob, info)?;
+    let status = set.status(&out.trainjob, &out.info)?;
+    Ok(json!({
+        "plugin": {"name": p.name(), "version": p.descriptor().version, "sha256": p.sha256()},
+        "validation": validation,
+        "objects": out.objects,
+        "info": out.info,
+        "trainjob": out.trainjob,
+        "status": status,
+    }))
+}
+
+/// Latency percentiles of `samples` (sorted in place), in microseconds.
+pub fn percentiles(samples: &mut [Duration]) -> (f64, f64, f64, f64) {
+    samples.sort();
+    let at = |q: f64| {
+        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
+        samples.get(i).map_or(0.0, |d| d.as_secs_f64() * 1e6)
+    };
+    (at(0.5), at(0.9), at(0.99), at(1.0))
+}
+
+fn bench(rt: &PluginRuntime, src: PluginSource, trainjob: &Value, info: &Info, n: usize) -> Result<(), Error> {
+    let start = Instant::now();
+    let p = rt.load(src.clone())?;
+    let cold = start.elapsed();
+    let start = Instant::now();
+    let _ = rt.load(src)?;
+    let warm = start.elapsed();
+    println!("plugin {} ({} bytes of info JSON)", p.name(), serde_json::to_string(info).map(|s| s.len()).unwrap_or(0));
+    println!("load: compile + describe {:.2} ms; cached + describe {:.3} ms", cold.as_secs_f64() * 1e3, warm.as_secs_f64() * 1e3);
+    println!("{:<26} {:>10} {:>10} {:>10} {:>10}", "phase (µs, fresh store)", "p50", "p90", "p99", "max");
+    let input = PhaseInput {
+        trainjob: trainjob.to_string(),
+        info: serde_json::to_string(info).map_err(|e| Error::Output(e.to_string()))?,
+    };
+    let row = |name: &str, f: &mut dyn FnMut() -> Result<(), super::Error>| -> Result<(), Error> {
+        let mut samples = Vec::with_capacity(n);
+        for _ in 0..n {
+            let s = Instant::now();
+            f()?;
+            samples.push(s.elapsed());
+        }
+        let (p50, p90, p99, max) = percentiles(&mut samples);
+        println!("{name:<26} {p50:>10.1} {p90:>10.1} {p99:>10.1} {max:>10.1}");
+        Ok(())
+    };
+    row("describe", &mut || p.describe_fresh().map(drop))?;
+    for phase in p.descriptor().known_phases() {
+        match phase {
+            Phase::Build => row("build", &mut || p.build(&input).map(drop))?,
+            Phase::Status => row("status", &mut || p.status(&input).map(drop))?,
+            Phase::Validate => {
+                let vi = ValidateInput { trainjob: input.trainjob.clone(), old_trainjob: None, info: input.info.clone() };
+                row("validate", &mut || p.validate(&vi).map(drop))?
+            }
+            other => row(other.as_str(), &mut || p.enforce(other, &input).map(drop))?,
+        }
+    }
+    let set = PluginSet::new(vec![p.clone()])?;
+    row("reconcile (all phases)", &mut || set.reconcile(trainjob, info).map(drop))?;
+    Ok(())
 }

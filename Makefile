@@ -1,0 +1,21 @@
+# Trainforge developer entry points. CI runs `.ci/run`, which runs `make test`.
+#
+#   make controlplane  build the test control plane (Go; cached by version,
+#                      a no-op when up to date, tens of minutes when cold)
+#   make test          all tests; control-plane tests are required here
+#   make demo          full control plane + our CRDs + an example runtime,
+#                      until Ctrl-C (DEMO_ARGS="--exit-after 0 --figures" ...)
+
+CARGO ?= cargo
+DEMO_ARGS ?=
+
+.PHONY: test controlplane demo
+
+controlplane:
+	testenv/build.sh
+
+test: controlplane
+	TRAINFORGE_TESTENV_REQUIRED=1 $(CARGO) test --workspace --no-fail-fast
+
+demo: controlplane
+	$(CARGO) run -p trainforge-testenv --bin trainforge-demo -- $(DEMO_ARGS)

@@ -1,0 +1,275 @@
+//! Native mirrors of the typed records of `wit/plugin.wit`.
+//!
+//! The SDK's `Plugin` trait and the host both speak these types; the WIT
+//! bindings are converted to and from them at the boundary.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The WIT package version this crate mirrors (`trainforge:plugin@0.1.0`).
+pub const WIT_VERSION: &str = "0.1.0";
+
+/// A reconcile or admission phase, in execution order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// Apply `mlPolicy` (EnforceMLPolicy).
+    EnforceMlPolicy,
+    /// Apply `podGroupPolicy` (EnforcePodGroupPolicy).
+    EnforcePodGroupPolicy,
+    /// Policy-independent pod-set edits (EnforcePodSpec).
+    EnforcePodSpec,
+    /// Consolidate the info with the template (PreComponentBuilder).
+    PreBuild,
+    /// Emit objects (ComponentBuilder).
+    Build,
+    /// Admission checks (CustomValidation).
+    Validate,
+    /// TrainJob status (TrainJobStatus).
+    Status,
+}
+
+impl Phase {
+    /// All phases, in execution order (reconcile phases first).
+    pub const ALL: [Phase; 7] = [
+        Phase::EnforceMlPolicy,
+        Phase::EnforcePodGroupPolicy,
+        Phase::EnforcePodSpec,
+        Phase::PreBuild,
+        Phase::Build,
+        Phase::Validate,
+        Phase::Status,
+    ];
+
+    /// The WIT function name of the phase (also its name in `descriptor.phases`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::EnforceMlPolicy => "enforce-ml-policy",
+            Phase::EnforcePodGroupPolicy => "enforce-pod-group-policy",
+            Phase::EnforcePodSpec => "enforce-pod-spec",
+            Phase::PreBuild => "pre-build",
+            Phase::Build => "build",
+            Phase::Validate => "validate",
+            Phase::Status => "status",
+        }
+    }
+
+    /// Parse a phase name; `None` for names this version does not know
+    /// (forward compatibility: newer plugins may list newer phases).
+    pub fn parse(name: &str) -> Option<Phase> {
+        Phase::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The API version and kind of an object type.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KindRef {
+    /// `group/version`, or `v1` for the core group.
+    pub api_version: String,
+    /// Kind, e.g. `ConfigMap`.
+    pub kind: String,
+}
+
+impl KindRef {
+    /// Build a kind reference.
+    pub fn new(api_version: impl Into<String>, kind: impl Into<String>) -> Self {
+        KindRef { api_version: api_version.into(), kind: kind.into() }
+    }
+
+    /// The API group (empty for the core group).
+    pub fn group(&self) -> &str {
+        match self.api_version.rsplit_once('/') {
+            Some((group, _)) => group,
+            None => "",
+        }
+    }
+}
+
+impl fmt::Display for KindRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.api_version, self.kind)
+    }
+}
+
+/// What a plugin is and what it needs (WIT `descriptor`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Descriptor {
+    /// Unique plugin name.
+    pub name: String,
+    /// The plugin's own version.
+    pub version: String,
+    /// The WIT version the plugin was built against.
+    pub wit_version: String,
+    /// Policy keys served, e.g. `mlPolicy.torch`.
+    pub policy_keys: Vec<String>,
+    /// Phase names implemented (see [`Phase::as_str`]).
+    pub phases: Vec<String>,
+    /// Kinds `build` may emit.
+    pub emits: Vec<KindRef>,
+    /// Kinds readable through `host.get-object`.
+    pub reads: Vec<KindRef>,
+    /// Kinds whose changes re-trigger the owning TrainJob.
+    pub watches: Vec<KindRef>,
+    /// Host capabilities requested (e.g. `random`).
+    pub capabilities: Vec<String>,
+}
+
+impl Descriptor {
+    /// The phases this version knows that the plugin implements.
+    pub fn known_phases(&self) -> Vec<Phase> {
+        let mut out: Vec<Phase> = self.phases.iter().filter_map(|p| Phase::parse(p)).collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Whether the plugin implements `phase`.
+    pub fn implements(&self, phase: Phase) -> bool {
+        self.phases.iter().any(|p| p == phase.as_str())
+    }
+}
+
+/// What an enforce/pre-build phase changed (`None` = unchanged).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Mutation {
+    /// New info JSON.
+    pub info: Option<String>,
+    /// New in-memory TrainJob JSON.
+    pub trainjob: Option<String>,
+}
+
+/// Kubernetes field error types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FieldErrorType {
+    /// `FieldValueNotFound`.
+    NotFound,
+    /// `FieldValueRequired`.
+    Required,
+    /// `FieldValueDuplicate`.
+    Duplicate,
+    /// `FieldValueInvalid`.
+    Invalid,
+    /// `FieldValueNotSupported`.
+    NotSupported,
+    /// `FieldValueForbidden`.
+    Forbidden,
+    /// `FieldValueTooLong`.
+    TooLong,
+    /// `FieldValueTooMany`.
+    TooMany,
+    /// `InternalError`.
+    Internal,
+    /// `FieldValueTypeInvalid`.
+    TypeInvalid,
+}
+
+/// One admission error attached to a field path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldError {
+    /// The error type.
+    pub error_type: FieldErrorType,
+    /// Field path, e.g. `spec.trainer.env`.
+    pub field: String,
+    /// Offending value as JSON.
+    pub bad_value: Option<String>,
+    /// Human-readable detail.
+    pub detail: String,
+}
+
+impl FieldError {
+    /// An `Invalid` error.
+    pub fn invalid(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        FieldError {
+            error_type: FieldErrorType::Invalid,
+            field: field.into(),
+            bad_value: None,
+            detail: detail.into(),
+        }
+    }
+
+    /// A `Forbidden` error.
+    pub fn forbidden(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        FieldError { error_type: FieldErrorType::Forbidden, ..FieldError::invalid(field, detail) }
+    }
+}
+
+/// The outcome of `validate`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Validation {
+    /// Admission warnings.
+    pub warnings: Vec<String>,
+    /// Field errors (non-empty = rejected).
+    pub errors: Vec<FieldError>,
+}
+
+/// Expected failures of a phase (WIT `plugin-error`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "reason", content = "message")]
+pub enum PluginError {
+    /// The plugin configuration is invalid.
+    InvalidConfig(String),
+    /// The TrainJob/info cannot be handled.
+    InvalidInput(String),
+    /// Something needed is not available yet; retry.
+    Unavailable(String),
+    /// Anything else.
+    Internal(String),
+}
+
+impl fmt::Display for PluginError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PluginError::InvalidConfig(m) => write!(f, "invalid config: {m}"),
+            PluginError::InvalidInput(m) => write!(f, "invalid input: {m}"),
+            PluginError::Unavailable(m) => write!(f, "unavailable: {m}"),
+            PluginError::Internal(m) => write!(f, "internal: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for PluginError {}
+
+impl From<serde_json::Error> for PluginError {
+    fn from(e: serde_json::Error) -> Self {
+        PluginError::InvalidInput(format!("JSON: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phase_names_round_trip() {
+        for p in Phase::ALL {
+            assert_eq!(Phase::parse(p.as_str()), Some(p));
+        }
+        assert_eq!(Phase::parse("from-the-future"), None);
+    }
+
+    #[test]
+    fn descriptor_ignores_unknown_phases() {
+        let d = Descriptor {
+            phases: vec!["build".into(), "teleport".into(), "enforce-ml-policy".into()],
+            ..Descriptor::default()
+        };
+        assert_eq!(d.known_phases(), vec![Phase::EnforceMlPolicy, Phase::Build]);
+        assert!(d.implements(Phase::Build));
+        assert!(!d.implements(Phase::Status));
+    }
+
+    #[test]
+    fn kind_ref_group() {
+        assert_eq!(KindRef::new("v1", "Secret").group(), "");
+        assert_eq!(KindRef::new("jobset.x-k8s.io/v1alpha2", "JobSet").group(), "jobset.x-k8s.io");
+    }
+}

@@ -1,0 +1,277 @@
+//! The whole pure pipeline, used by `trainforge render` and the controller:
+//!
+//! TrainJob + its runtime (both as stored by the API server, i.e. with CRD
+//! defaults applied; `render` applies them with [`super::defaults`])
+//! → [`merge`](super::merge) → [`runtime_info`](super::info::runtime_info)
+//! → plugin `validate` (admission rules) → plugin phases
+//! → the objects to apply, in apply order, plus warnings.
+//!
+//! Plugins are called through [`PluginSet`]; nothing here does I/O except
+//! what the plugins ask of the host's read-only object source.
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde_json::Value;
+use tracing::{info_span, warn};
+use trainforge_api::plugin::{FieldError, Info};
+use trainforge_api::trainer::v1alpha1::constants::{
+    API_VERSION, CLUSTER_TRAINING_RUNTIME_KIND, DEFAULT_RUNTIME_API_GROUP, DEFAULT_RUNTIME_KIND, GROUP,
+    LABEL_SUPPORT, SUPPORT_DEPRECATED, TRAINING_RUNTIME_KIND, TRAINJOB_KIND,
+};
+use trainforge_api::trainer::v1alpha1::{ClusterTrainingRuntime, TrainJob, TrainingRuntime, TrainingRuntimeSpec};
+
+use super::info::{InfoError, runtime_info};
+use super::merge::{MergeError, merge_collecting};
+use crate::plugin::{self, PluginSet, ValidateInput};
+
+/// The runtime a TrainJob references, namespaced or cluster-scoped.
+#[derive(Clone, Debug)]
+pub enum RuntimeObject {
+    /// A `TrainingRuntime` in the TrainJob's namespace.
+    Namespaced(TrainingRuntime),
+    /// A `ClusterTrainingRuntime`.
+    Cluster(ClusterTrainingRuntime),
+}
+
+impl RuntimeObject {
+    /// `TrainingRuntime` or `ClusterTrainingRuntime`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RuntimeObject::Namespaced(_) => TRAINING_RUNTIME_KIND,
+            RuntimeObject::Cluster(_) => CLUSTER_TRAINING_RUNTIME_KIND,
+        }
+    }
+
+    /// The runtime's metadata.
+    pub fn metadata(&self) -> &ObjectMeta {
+        match self {
+            RuntimeObject::Namespaced(r) => &r.metadata,
+            RuntimeObject::Cluster(r) => &r.metadata,
+        }
+    }
+
+    /// The runtime's name.
+    pub fn name(&self) -> &str {
+        self.metadata().name.as_deref().unwrap_or_default()
+    }
+
+    /// The blueprint.
+    pub fn spec(&self) -> &TrainingRuntimeSpec {
+        match self {
+            RuntimeObject::Namespaced(r) => &r.spec,
+            RuntimeObject::Cluster(r) => &r.spec,
+        }
+    }
+
+    /// The object as JSON, with `apiVersion` and `kind`.
+    pub fn to_json(&self) -> Result<Value, serde_json::Error> {
+        match self {
+            RuntimeObject::Namespaced(r) => serde_json::to_value(r),
+            RuntimeObject::Cluster(r) => serde_json::to_value(r),
+        }
+    }
+}
+
+/// What the pipeline produced for one TrainJob.
+#[derive(Clone, Debug)]
+pub struct Rendered {
+    /// The objects to apply, in apply order (see [`apply_rank`]).
+    pub objects: Vec<Value>,
+    /// Warnings for the user (deprecations, ignored settings).
+    pub warnings: Vec<String>,
+    /// The in-memory TrainJob after every plugin phase (never persisted).
+    pub trainjob: Value,
+    /// The runtime info after every phase.
+    pub info: Info,
+}
+
+/// One admission problem: the plugin (or `trainforge` for the host's own
+/// checks), the field and the reason.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Problem {
+    /// Who found it.
+    pub source: String,
+    /// The field error.
+    pub error: FieldError,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}: {}", self.source, self.error.field, self.error.detail)
+    }
+}
+
+/// Why the pipeline could not produce objects.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// The TrainJob references a runtime kind Trainforge does not serve, or
+    /// a runtime other than the one given.
+    #[error("spec.runtimeRef: {0}")]
+    Runtime(String),
+    /// The runtime cannot be used at all.
+    #[error(transparent)]
+    Merge(#[from] MergeError),
+    /// The runtime info cannot be built.
+    #[error(transparent)]
+    Info(#[from] InfoError),
+    /// Admission rules failed; every problem is listed.
+    #[error("the TrainJob is invalid:\n{}", problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
+    Invalid {
+        /// Every problem found.
+        problems: Vec<Problem>,
+        /// Warnings found on the way.
+        warnings: Vec<String>,
+    },
+    /// A plugin failed (with its name and reason).
+    #[error(transparent)]
+    Plugin(#[from] plugin::Error),
+    /// The TrainJob or runtime could not be serialised (should not happen).
+    #[error("serialising {what}: {reason}")]
+    Serialize {
+        /// What.
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Admission: the warnings of a TrainJob, or every problem with it (merge
+/// references and each plugin's `validate`), as the webhook would answer.
+pub fn validate(
+    job: &TrainJob,
+    old: Option<&TrainJob>,
+    runtime: &RuntimeObject,
+    plugins: &PluginSet,
+) -> Result<Vec<String>, PipelineError> {
+    check_runtime_ref(job, runtime)?;
+    let mut warnings = deprecation_warning(runtime).into_iter().collect::<Vec<_>>();
+    let (merged, merge_problems) = merge_collecting(job, runtime.spec())?;
+    let mut problems: Vec<Problem> = merge_problems
+        .into_iter()
+        .map(|e| Problem {
+            source: "trainforge".into(),
+            error: FieldError {
+                error_type: trainforge_api::plugin::FieldErrorType::Invalid,
+                field: e.field().to_string(),
+                bad_value: None,
+                detail: e.reason(),
+            },
+        })
+        .collect();
+    let info = runtime_info(&merged)?;
+    let input = ValidateInput {
+        trainjob: to_json_string(job, "TrainJob")?,
+        old_trainjob: old.map(|o| to_json_string(o, "old TrainJob")).transpose()?,
+        info: to_json_string(&info, "runtime info")?,
+    };
+    for p in plugins.plugins().iter().filter(|p| p.implements(trainforge_api::plugin::Phase::Validate)) {
+        let v = p.validate(&input)?;
+        warnings.extend(v.warnings);
+        problems.extend(v.errors.into_iter().map(|error| Problem { source: p.name().to_string(), error }));
+    }
+    if problems.is_empty() { Ok(warnings) } else { Err(PipelineError::Invalid { problems, warnings }) }
+}
+
+/// Run the pipeline: validate, then every plugin phase, then put the objects
+/// (plus the runtime snapshot ConfigMap) in apply order.
+pub fn run(job: &TrainJob, runtime: &RuntimeObject, plugins: &PluginSet) -> Result<Rendered, PipelineError> {
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let span = info_span!("pipeline", trainjob = %name, runtime = %runtime.name());
+    let _guard = span.enter();
+    let warnings = validate(job, None, runtime, plugins)?;
+    let merged = super::merge::merge(job, runtime.spec())?;
+    let info = runtime_info(&merged)?;
+    let trainjob = serde_json::to_value(job).map_err(|e| PipelineError::Serialize { what: "TrainJob", reason: e.to_string() })?;
+    let out = plugins.reconcile(&trainjob, &info)?;
+    let mut objects = vec![snapshot_config_map(job, runtime)?];
+    objects.extend(out.objects);
+    objects.sort_by_key(apply_rank);
+    for w in &warnings {
+        warn!(warning = %w, "TrainJob warning");
+    }
+    Ok(Rendered { objects, warnings, trainjob: out.trainjob, info: out.info })
+}
+
+/// Apply order: what pods mount or are scheduled with comes before the
+/// JobSet that creates pods (ConfigMaps and Secrets, then PodGroups, then the
+/// JobSet, then everything else such as autoscalers). Stable within a rank.
+pub fn apply_rank(object: &Value) -> u8 {
+    match object.get("kind").and_then(Value::as_str) {
+        Some("ConfigMap" | "Secret") => 0,
+        Some("PodGroup") => 1,
+        Some("JobSet") => 2,
+        _ => 3,
+    }
+}
+
+/// The controller owner reference every object of a TrainJob carries.
+pub fn owner_reference(job: &TrainJob) -> OwnerReference {
+    OwnerReference {
+        api_version: API_VERSION.to_string(),
+        kind: TRAINJOB_KIND.to_string(),
+        name: job.metadata.name.clone().unwrap_or_default(),
+        uid: job.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// `<job>-runtime-snapshot`: the runtime as it was when the TrainJob was first
+/// reconciled (YAML under key `runtime`), so later edits or deletion of the
+/// runtime do not change a running job.
+pub fn snapshot_config_map(job: &TrainJob, runtime: &RuntimeObject) -> Result<Value, PipelineError> {
+    let runtime_json = runtime.to_json().map_err(|e| PipelineError::Serialize { what: "runtime", reason: e.to_string() })?;
+    let yaml = serde_saphyr::to_string(&runtime_json)
+        .map_err(|e| PipelineError::Serialize { what: "runtime", reason: e.to_string() })?;
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}-runtime-snapshot")),
+            namespace: job.metadata.namespace.clone(),
+            owner_references: Some(vec![owner_reference(job)]),
+            ..ObjectMeta::default()
+        },
+        data: Some([("runtime".to_string(), yaml)].into_iter().collect()),
+        ..ConfigMap::default()
+    };
+    serde_json::to_value(&cm).map_err(|e| PipelineError::Serialize { what: "snapshot ConfigMap", reason: e.to_string() })
+}
+
+/// The TrainJob must reference exactly this runtime, by a kind we serve.
+fn check_runtime_ref(job: &TrainJob, runtime: &RuntimeObject) -> Result<(), PipelineError> {
+    let r = &job.spec.runtime_ref;
+    let kind = r.kind.as_deref().unwrap_or(DEFAULT_RUNTIME_KIND);
+    let group = r.api_group.as_deref().unwrap_or(DEFAULT_RUNTIME_API_GROUP);
+    if group != GROUP || (kind != TRAINING_RUNTIME_KIND && kind != CLUSTER_TRAINING_RUNTIME_KIND) {
+        return Err(PipelineError::Runtime(format!("unsupported runtime: {kind}.{group}")));
+    }
+    if kind != runtime.kind() || r.name != runtime.name() {
+        return Err(PipelineError::Runtime(format!(
+            "the TrainJob references {kind} {:?}, but the runtime given is {} {:?}",
+            r.name,
+            runtime.kind(),
+            runtime.name()
+        )));
+    }
+    Ok(())
+}
+
+/// Upstream's warning for a ClusterTrainingRuntime labelled deprecated.
+pub fn deprecation_warning(runtime: &RuntimeObject) -> Option<String> {
+    let deprecated = runtime
+        .metadata()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_SUPPORT))
+        .is_some_and(|v| v == SUPPORT_DEPRECATED);
+    (deprecated && matches!(runtime, RuntimeObject::Cluster(_))).then(|| {
+        format!(
+            "Referenced ClusterTrainingRuntime {:?} is deprecated and will be removed in a future release of Kubeflow Trainer. See runtime deprecation policy: https://trainer.kubeflow.org/en/latest/operator-guides/runtime.html#runtime-deprecation-policy",
+            runtime.name()
+        )
+    })
+}
+
+fn to_json_string<T: serde::Serialize>(v: &T, what: &'static str) -> Result<String, PipelineError> {
+    serde_json::to_string(v).map_err(|e| PipelineError::Serialize { what, reason: e.to_string() })
+}

@@ -1,0 +1,10 @@
+//! Host bindings generated from `wit/plugin.wit`.
+
+#![allow(missing_docs)]
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "plugin",
+});
+
+pub use trainforge::plugin::types as wit;

@@ -1,0 +1,232 @@
+//! `trainforge render -f trainjob.yaml [-f runtime.yaml ...]`: print the
+//! objects the operator would apply for each TrainJob (YAML, apply order)
+//! and its warnings, using the builtin plugins, with no cluster.
+//!
+//! The work is done by [`crate::pipeline::run`], the same code the
+//! controller runs; this module only reads files and prints.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use trainforge_api::trainer::v1alpha1::constants::{
+    CLUSTER_TRAINING_RUNTIME_KIND, DEFAULT_RUNTIME_KIND, TRAINING_RUNTIME_KIND, TRAINJOB_KIND,
+};
+use trainforge_api::trainer::v1alpha1::{ClusterTrainingRuntime, TrainJob, TrainingRuntime};
+
+use crate::pipeline::defaults::{Defaulter, DefaultsError};
+use crate::pipeline::run::{PipelineError, Rendered, RuntimeObject, run as run_pipeline};
+use crate::plugin::{self, PluginRuntime, PluginSet, RuntimeConfig};
+
+/// Arguments of `trainforge render`.
+#[derive(Debug, clap::Args)]
+pub struct RenderArgs {
+    /// YAML files (multi-document) holding TrainJobs and the
+    /// (Cluster)TrainingRuntimes they reference.
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<PathBuf>,
+    /// Namespace of TrainJobs and TrainingRuntimes that have none.
+    #[arg(short, long, default_value = "default")]
+    pub namespace: String,
+}
+
+/// Why `render` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// A file could not be read.
+    #[error("reading {path}: {reason}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A document is not valid YAML or not a valid object of its kind.
+    #[error("{origin}: {reason}")]
+    Parse {
+        /// File and document index.
+        origin: String,
+        /// Why.
+        reason: String,
+    },
+    /// No TrainJob in the input.
+    #[error("no TrainJob in the given files")]
+    NoTrainJob,
+    /// A TrainJob's runtime is not in the input.
+    #[error("TrainJob {trainjob:?}: spec.runtimeRef: {kind} {name:?} is not in the given files")]
+    RuntimeNotFound {
+        /// TrainJob name.
+        trainjob: String,
+        /// Runtime kind.
+        kind: String,
+        /// Runtime name.
+        name: String,
+    },
+    /// The builtin plugins could not be loaded.
+    #[error("loading builtin plugins: {0}")]
+    Plugins(#[from] plugin::Error),
+    /// The pipeline refused the TrainJob.
+    #[error("TrainJob {trainjob:?}: {source}")]
+    Pipeline {
+        /// TrainJob name.
+        trainjob: String,
+        /// The pipeline error (plugin, field, reason).
+        source: PipelineError,
+    },
+    /// CRD defaults could not be prepared.
+    #[error(transparent)]
+    Defaults(#[from] DefaultsError),
+    /// Output could not be written as YAML.
+    #[error("writing YAML: {0}")]
+    Yaml(String),
+}
+
+/// The parsed input: TrainJobs and runtimes, in file order, with CRD
+/// defaults applied as the API server would.
+#[derive(Debug)]
+pub struct Input {
+    /// TrainJobs.
+    pub trainjobs: Vec<TrainJob>,
+    /// Runtimes of either kind.
+    pub runtimes: Vec<RuntimeObject>,
+    defaulter: Defaulter,
+}
+
+/// Run `trainforge render`.
+pub fn run(args: &RenderArgs) -> Result<(), RenderError> {
+    let mut input = Input::new()?;
+    for path in &args.files {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| RenderError::Read { path: path.display().to_string(), reason: e.to_string() })?;
+        input.add_yaml(&path.display().to_string(), &text, &args.namespace)?;
+    }
+    let plugins = builtin_plugins()?;
+    let mut first = true;
+    for (job, result) in render(&input, &plugins)? {
+        let name = job.metadata.name.clone().unwrap_or_default();
+        let rendered = result.map_err(|source| RenderError::Pipeline { trainjob: name.clone(), source })?;
+        for w in &rendered.warnings {
+            eprintln!("warning: TrainJob {name:?}: {w}");
+        }
+        print!("{}", to_yaml_stream(&rendered.objects, &mut first)?);
+    }
+    Ok(())
+}
+
+/// The builtin plugins as one set, in crate-name order. Builtins are
+/// trusted with the capabilities they declare (e.g. MPI's `random`).
+pub fn builtin_plugins() -> Result<PluginSet, RenderError> {
+    let rt = PluginRuntime::new(RuntimeConfig::default())?;
+    let mut loaded = Vec::new();
+    for b in plugin::builtin::all() {
+        let probe = rt.load(b.source())?;
+        let (grants, _unknown) = plugin::Grants::from_names(probe.descriptor().capabilities.iter().map(String::as_str));
+        let mut src = b.source();
+        src.grants = grants;
+        loaded.push(rt.load(src)?);
+    }
+    Ok(PluginSet::new(loaded)?)
+}
+
+/// Render every TrainJob of `input` (pure apart from the plugins).
+pub fn render(input: &Input, plugins: &PluginSet) -> Result<Vec<(TrainJob, Result<Rendered, PipelineError>)>, RenderError> {
+    if input.trainjobs.is_empty() {
+        return Err(RenderError::NoTrainJob);
+    }
+    input
+        .trainjobs
+        .iter()
+        .map(|job| {
+            let runtime = input.runtime_for(job)?;
+            Ok((job.clone(), run_pipeline(job, runtime, plugins)))
+        })
+        .collect()
+}
+
+impl Input {
+    /// An empty input.
+    pub fn new() -> Result<Self, RenderError> {
+        Ok(Input { trainjobs: Vec::new(), runtimes: Vec::new(), defaulter: Defaulter::new()? })
+    }
+
+    /// Add every document of a multi-document YAML text. Documents of other
+    /// kinds are ignored.
+    pub fn add_yaml(&mut self, origin: &str, text: &str, namespace: &str) -> Result<(), RenderError> {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(text)
+            .map_err(|e| RenderError::Parse { origin: origin.to_string(), reason: e.to_string() })?;
+        for (i, mut doc) in docs.into_iter().enumerate() {
+            let origin = format!("{origin} (document {})", i + 1);
+            self.defaulter.apply(&mut doc);
+            let parse_err = |e: serde_json::Error| RenderError::Parse { origin: origin.clone(), reason: e.to_string() };
+            match doc.get("kind").and_then(Value::as_str) {
+                Some(TRAINJOB_KIND) => {
+                    set_namespace(&mut doc, namespace);
+                    set_placeholder_uid(&mut doc);
+                    self.trainjobs.push(serde_json::from_value(doc).map_err(parse_err)?);
+                }
+                Some(TRAINING_RUNTIME_KIND) => {
+                    set_namespace(&mut doc, namespace);
+                    let rt: TrainingRuntime = serde_json::from_value(doc).map_err(parse_err)?;
+                    self.runtimes.push(RuntimeObject::Namespaced(rt));
+                }
+                Some(CLUSTER_TRAINING_RUNTIME_KIND) => {
+                    let rt: ClusterTrainingRuntime = serde_json::from_value(doc).map_err(parse_err)?;
+                    self.runtimes.push(RuntimeObject::Cluster(rt));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The runtime a TrainJob references (a TrainingRuntime must be in the
+    /// TrainJob's namespace).
+    pub fn runtime_for(&self, job: &TrainJob) -> Result<&RuntimeObject, RenderError> {
+        let r = &job.spec.runtime_ref;
+        let kind = r.kind.as_deref().unwrap_or(DEFAULT_RUNTIME_KIND);
+        self.runtimes
+            .iter()
+            .find(|rt| {
+                rt.kind() == kind
+                    && rt.name() == r.name
+                    && (kind != TRAINING_RUNTIME_KIND || rt.metadata().namespace == job.metadata.namespace)
+            })
+            .ok_or_else(|| RenderError::RuntimeNotFound {
+                trainjob: job.metadata.name.clone().unwrap_or_default(),
+                kind: kind.to_string(),
+                name: r.name.clone(),
+            })
+    }
+}
+
+fn set_namespace(doc: &mut Value, namespace: &str) {
+    if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut)
+        && !meta.contains_key("namespace")
+    {
+        meta.insert("namespace".into(), Value::String(namespace.to_string()));
+    }
+}
+
+/// The uid the API server would assign, for TrainJobs read from files
+/// without one, so owner references are well-formed in the output.
+pub const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
+
+fn set_placeholder_uid(doc: &mut Value) {
+    if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut)
+        && !meta.contains_key("uid")
+    {
+        meta.insert("uid".into(), Value::String(PLACEHOLDER_UID.to_string()));
+    }
+}
+
+/// Objects as a YAML stream (`---` between documents).
+pub fn to_yaml_stream(objects: &[Value], first: &mut bool) -> Result<String, RenderError> {
+    let mut out = String::new();
+    for o in objects {
+        if !*first {
+            out.push_str("---\n");
+        }
+        *first = false;
+        out.push_str(&serde_saphyr::to_string(o).map_err(|e| RenderError::Yaml(e.to_string()))?);
+    }
+    Ok(out)
+}
