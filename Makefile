@@ -14,8 +14,10 @@ DEMO_ARGS ?=
 controlplane:
 	testenv/build.sh
 
+# Control-plane tests and builtin plugin builds are required: a missing
+# binary or a plugin that does not build fails the run instead of skipping.
 test: controlplane
-	TRAINFORGE_TESTENV_REQUIRED=1 $(CARGO) test --workspace --no-fail-fast
+	TRAINFORGE_TESTENV_REQUIRED=1 TRAINFORGE_REQUIRE_BUILTIN_PLUGINS=1 $(CARGO) test --workspace --no-fail-fast
 
 demo: controlplane
 	$(CARGO) run -p trainforge-testenv --bin trainforge-demo -- $(DEMO_ARGS)

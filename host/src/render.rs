@@ -69,8 +69,8 @@ pub enum RenderError {
     Pipeline {
         /// TrainJob name.
         trainjob: String,
-        /// The pipeline error (plugin, field, reason).
-        source: PipelineError,
+        /// The pipeline error (plugin, field, reason); boxed, it is large.
+        source: Box<PipelineError>,
     },
     /// CRD defaults could not be prepared.
     #[error(transparent)]
@@ -127,8 +127,11 @@ pub fn builtin_plugins() -> Result<PluginSet, RenderError> {
     Ok(PluginSet::new(loaded)?)
 }
 
+/// Each TrainJob with what the pipeline made of it.
+pub type RenderResults = Vec<(TrainJob, Result<Rendered, Box<PipelineError>>)>;
+
 /// Render every TrainJob of `input` (pure apart from the plugins).
-pub fn render(input: &Input, plugins: &PluginSet) -> Result<Vec<(TrainJob, Result<Rendered, PipelineError>)>, RenderError> {
+pub fn render(input: &Input, plugins: &PluginSet) -> Result<RenderResults, RenderError> {
     if input.trainjobs.is_empty() {
         return Err(RenderError::NoTrainJob);
     }
@@ -137,7 +140,7 @@ pub fn render(input: &Input, plugins: &PluginSet) -> Result<Vec<(TrainJob, Resul
         .iter()
         .map(|job| {
             let runtime = input.runtime_for(job)?;
-            Ok((job.clone(), run_pipeline(job, runtime, plugins)))
+            Ok((job.clone(), run_pipeline(job, runtime, plugins).map_err(Box::new)))
         })
         .collect()
 }

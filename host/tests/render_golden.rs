@@ -13,12 +13,27 @@
 //! `TRAINFORGE_UPDATE_GOLDEN=1 cargo test -p trainforge --test render_golden`
 //! and review the diff before committing it.
 
+#![allow(clippy::expect_used, clippy::panic)] // test helpers: a failure is the report
+
 use std::path::{Path, PathBuf};
 
 use trainforge::render::{Input, builtin_plugins, render, to_yaml_stream};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Random material (MPI SSH keys from host randomness) differs on every run:
+/// keep the keys of such Secrets but replace their values with a marker. The
+/// MPI plugin's unit tests check the keys themselves.
+fn redact_random(objects: &mut [serde_json::Value]) {
+    for o in objects.iter_mut().filter(|o| o["kind"] == "Secret" && o["type"] == "kubernetes.io/ssh-auth") {
+        if let Some(data) = o.get_mut("data").and_then(serde_json::Value::as_object_mut) {
+            for v in data.values_mut() {
+                *v = serde_json::Value::String("<random>".into());
+            }
+        }
+    }
 }
 
 /// What rendering a case produced, as the three golden files.
@@ -47,7 +62,8 @@ fn render_case(dir: &Path, plugins: &trainforge::plugin::PluginSet) -> Outcome {
     for (job, result) in results {
         let name = job.metadata.name.clone().unwrap_or_default();
         match result {
-            Ok(r) => {
+            Ok(mut r) => {
+                redact_random(&mut r.objects);
                 yaml.push_str(&to_yaml_stream(&r.objects, &mut first).expect("yaml"));
                 for w in r.warnings {
                     warnings.push_str(&format!("{name}: {w}\n"));

@@ -42,6 +42,7 @@ mod context;
 mod descriptor;
 mod export;
 mod host;
+pub mod quantity;
 pub mod testing;
 
 /// Generated guest bindings of `wit/plugin.wit` (wit-bindgen). Plugins

@@ -146,8 +146,12 @@ pub fn validate(
     check_runtime_ref(job, runtime)?;
     let mut warnings = deprecation_warning(runtime).into_iter().collect::<Vec<_>>();
     let (merged, merge_problems) = merge_collecting(job, runtime.spec())?;
+    // Unknown jobs/containers in `runtimePatches` are reported by the JobSet
+    // plugin with upstream's messages; the host reports the older
+    // `podTemplateOverrides`, which no plugin checks.
     let mut problems: Vec<Problem> = merge_problems
         .into_iter()
+        .filter(|e| !e.field().starts_with("spec.runtimePatches"))
         .map(|e| Problem {
             source: "trainforge".into(),
             error: FieldError {

@@ -7,4 +7,4 @@ wasmtime::component::bindgen!({
     world: "plugin",
 });
 
-pub use trainforge::plugin::types as wit;
+pub use self::trainforge::plugin::types as wit;

@@ -192,9 +192,25 @@ fn apply_container(slot: &mut Value, c: &Container) -> Result<(), PluginError> {
     if let Some(image) = c.image.as_deref().filter(|i| !i.is_empty()) {
         set(slot, "image", json!(image));
     }
-    for e in &c.env {
-        let e = to_json(e, "env var")?;
-        with_arr(slot, "env", |l| upsert_by_key(l, e, "name"));
+    // The pod set's env starts as a copy of the template's, and plugins may
+    // have placed their variables before the entries that reference them as
+    // `$(VAR)` (a variable only expands if defined earlier). When the pod set
+    // still holds every template entry, its order is the one to keep;
+    // otherwise (a template entry was dropped) upsert, keeping the template's.
+    let template_names: Vec<String> = slot
+        .get("env")
+        .and_then(Value::as_array)
+        .map(|l| l.iter().filter_map(|e| e.get("name").and_then(Value::as_str).map(str::to_owned)).collect())
+        .unwrap_or_default();
+    let covers_template = template_names.iter().all(|n| c.env.iter().any(|e| &e.name == n));
+    if covers_template && !c.env.is_empty() {
+        let env = c.env.iter().map(|e| to_json(e, "env var")).collect::<Result<Vec<_>, _>>()?;
+        set(slot, "env", Value::Array(env));
+    } else {
+        for e in &c.env {
+            let e = to_json(e, "env var")?;
+            with_arr(slot, "env", |l| upsert_by_key(l, e, "name"));
+        }
     }
     for p in &c.ports {
         let p = to_json(p, "container port")?;

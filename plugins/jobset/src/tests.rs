@@ -365,6 +365,27 @@ fn trainer_env_reaches_the_mpi_node_job_with_run_launcher_as_node() {
 }
 
 #[test]
+fn pod_set_env_order_is_kept_so_references_expand() {
+    // A plugin put PET_NNODES before the runtime entry that references it.
+    let runtime = json!({"spec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "torch",
+                "env": [{"name": "A", "value": "1"}, {"name": "NODES", "value": "$(PET_NNODES)"}]}]}}}}}
+    ]}}}});
+    let mut info = Info::from_runtime_template(&runtime, &json!({})).expect("runtime");
+    let node = &mut info.template_spec.pod_sets[0].containers[0];
+    node.env = vec![env("A", "1"), env("PET_NNODES", "2"), env("NODES", "$(PET_NNODES)")];
+    let (_, objs) = run(trainjob(json!({})), info, &MockHost::default());
+    let names: Vec<&str> = objs[0]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(names, ["A", "PET_NNODES", "NODES"]);
+}
+
+#[test]
 fn fewer_template_jobs_than_pod_sets_is_an_error() {
     let mut info = worked_example_info();
     info.template_spec.pod_sets.push(PodSet {

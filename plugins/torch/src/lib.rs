@@ -29,7 +29,7 @@ pub mod elastic;
 pub mod env;
 pub mod inputs;
 pub mod num_proc;
-pub mod quantity;
+pub use trainforge_sdk::quantity;
 pub mod torchtune;
 pub mod validate;
 

@@ -11,7 +11,7 @@
 //! (`spec.trainer.env[i]`, Forbidden, "<NAME> is reserved for the XGBoost
 //! runtime").
 
-pub mod quantity;
+pub use trainforge_sdk::quantity;
 
 use serde::Deserialize;
 use trainforge_sdk::ANCESTOR_LABEL;

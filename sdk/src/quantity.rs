@@ -1,9 +1,9 @@
-//! Kubernetes resource quantities, just enough for GPU counting (same
-//! rules as the Torch plugin's copy): the value of
+//! Kubernetes resource quantities, just enough for node sizing (GPU and CPU
+//! counts used by the ML plugins): the value of
 //! a quantity rounded up to an integer (`resource.Quantity.Value()`), exact
 //! (no floating point), and lookups in a `resources` JSON object.
 
-use trainforge_sdk::serde_json::Value;
+use serde_json::Value;
 
 /// The quantity `s` rounded up to an integer (`"2.5"` → 3, `"500m"` → 1,
 /// `"1Ki"` → 1024, `"1e3"` → 1000). Values beyond `i64` saturate.
@@ -108,10 +108,25 @@ pub fn gpu_per_node(resources: Option<&Value>, field: &str) -> Result<i64, Strin
     Ok(0)
 }
 
+/// CPUs per node: `ceil(requests.cpu)` if non-zero, else `ceil(limits.cpu)`,
+/// else 0.
+pub fn cpu_per_node(resources: Option<&Value>, field: &str) -> Result<i64, String> {
+    let Some(res) = resources else { return Ok(0) };
+    for map in ["requests", "limits"] {
+        if let Some(q) = res.get(map).and_then(|m| m.get("cpu")) {
+            let n = ceil_json(q).map_err(|e| format!("{field}.{map}[cpu]: {e}"))?;
+            if n != 0 {
+                return Ok(n);
+            }
+        }
+    }
+    Ok(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use trainforge_sdk::serde_json::json;
+    use serde_json::json;
 
     #[test]
     fn rounds_up_exactly() {
@@ -150,5 +165,39 @@ mod tests {
         assert_eq!(gpu_per_node(Some(&r), "f"), Ok(2));
         assert_eq!(gpu_per_node(Some(&json!({})), "f"), Ok(0));
         assert_eq!(gpu_per_node(None, "f"), Ok(0));
+    }
+
+    #[test]
+    fn cpu_prefers_non_zero_requests() {
+        assert_eq!(
+            cpu_per_node(
+                Some(&json!({"requests": {"cpu": "2.5"}, "limits": {"cpu": "8"}})),
+                "f"
+            ),
+            Ok(3)
+        );
+        assert_eq!(
+            cpu_per_node(
+                Some(&json!({"requests": {"cpu": "0"}, "limits": {"cpu": "8"}})),
+                "f"
+            ),
+            Ok(8)
+        );
+        assert_eq!(
+            cpu_per_node(Some(&json!({"limits": {"cpu": "700m"}})), "f"),
+            Ok(1)
+        );
+        assert_eq!(
+            cpu_per_node(Some(&json!({"requests": {"memory": "1Gi"}})), "f"),
+            Ok(0)
+        );
+        let err = cpu_per_node(
+            Some(&json!({"requests": {"cpu": "lots"}})),
+            "spec.trainer.resourcesPerNode",
+        );
+        assert_eq!(
+            err,
+            Err("spec.trainer.resourcesPerNode.requests[cpu]: invalid quantity \"lots\"".into())
+        );
     }
 }
