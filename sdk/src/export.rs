@@ -15,7 +15,18 @@ pub struct Export<P>(PhantomData<P>);
 /// Export a [`Plugin`] type as the component's `trainforge:plugin/guest`
 /// implementation. Use once, at the root of a `cdylib` crate:
 ///
-/// ```ignore
+/// ```no_run
+/// use trainforge_sdk::prelude::*;
+///
+/// #[derive(Default)]
+/// struct MyPlugin;
+///
+/// impl Plugin for MyPlugin {
+///     fn describe(&self) -> Descriptor {
+///         DescriptorBuilder::new("my-plugin", "0.1.0").build()
+///     }
+/// }
+///
 /// trainforge_sdk::export_plugin!(MyPlugin);
 /// ```
 ///

@@ -118,6 +118,7 @@ pub fn build_jobset(
             Ok(())
         },
     )?;
+    order_after_initializers(&mut spec);
     set(&mut spec, "suspend", json!(ov.suspend));
 
     let mut metadata = json!({"name": name, "namespace": namespace});
@@ -130,6 +131,40 @@ pub fn build_jobset(
         "metadata": metadata,
         "spec": spec,
     }))
+}
+
+/// Initializers prepare what training reads, so the trainer must not start
+/// before they finish. A runtime that orders its jobs itself (any `dependsOn`,
+/// or `startupPolicy: InOrder`) is left alone; otherwise, in template order,
+/// every initializer and trainer job after the first initializer depends on
+/// the previous initializer reaching `Complete` — the chain upstream's own
+/// initializer runtimes spell out (JobSet allows one `dependsOn` item per job).
+fn order_after_initializers(spec: &mut Value) {
+    let in_order = spec.pointer("/startupPolicy/startupPolicyOrder").and_then(Value::as_str) == Some("InOrder");
+    let Some(rjobs) = spec.get_mut("replicatedJobs").and_then(Value::as_array_mut) else { return };
+    if in_order || rjobs.iter().any(|j| j.get("dependsOn").is_some()) {
+        return;
+    }
+    let mut previous_initializer: Option<String> = None;
+    for rjob in rjobs.iter_mut() {
+        let ancestor = rjob
+            .pointer("/template/metadata/labels")
+            .and_then(|l| l.get(ANCESTOR_LABEL))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let is_initializer = matches!(
+            ancestor.as_deref(),
+            Some(ANCESTOR_DATASET_INITIALIZER | ANCESTOR_MODEL_INITIALIZER)
+        );
+        if (is_initializer || ancestor.as_deref() == Some(ANCESTOR_TRAINER))
+            && let Some(prev) = &previous_initializer
+        {
+            set(rjob, "dependsOn", json!([{"name": prev, "status": "Complete"}]));
+        }
+        if is_initializer {
+            previous_initializer = str_at(rjob, "/name").map(str::to_owned);
+        }
+    }
 }
 
 fn set(v: &mut Value, key: &str, value: Value) {

@@ -364,6 +364,51 @@ fn trainer_env_reaches_the_mpi_node_job_with_run_launcher_as_node() {
     }
 }
 
+fn chain_runtime(extra: Value) -> Info {
+    let job = |name: &str, ancestor: &str| json!({"name": name, "template": {"metadata": {"labels": {ANCESTOR_LABEL: ancestor}},
+        "spec": {"template": {"spec": {"containers": [{"name": if ancestor == "trainer" { "node" } else { ancestor }, "image": "i"}]}}}}});
+    let mut spec = json!({"replicatedJobs": [
+        job("dataset-initializer", "dataset-initializer"),
+        job("model-initializer", "model-initializer"),
+        job("node", "trainer"),
+    ]});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    Info::from_runtime_template(&json!({"spec": {"template": {"spec": spec}}}), &json!({})).expect("runtime")
+}
+
+fn depends_on(objs: &[Value]) -> Vec<Value> {
+    objs[0]["spec"]["replicatedJobs"].as_array().expect("jobs").iter().map(|j| j["dependsOn"].clone()).collect()
+}
+
+#[test]
+fn trainer_starts_after_initializers_unless_the_runtime_orders_jobs() {
+    let (_, objs) = run(trainjob(json!({})), chain_runtime(json!({})), &MockHost::default());
+    assert_eq!(
+        depends_on(&objs),
+        [
+            Value::Null,
+            json!([{"name": "dataset-initializer", "status": "Complete"}]),
+            json!([{"name": "model-initializer", "status": "Complete"}]),
+        ]
+    );
+    let (_, objs) = run(
+        trainjob(json!({})),
+        chain_runtime(json!({"startupPolicy": {"startupPolicyOrder": "InOrder"}})),
+        &MockHost::default(),
+    );
+    assert_eq!(depends_on(&objs), [Value::Null, Value::Null, Value::Null], "InOrder excludes dependsOn");
+    let mut info = chain_runtime(json!({}));
+    info.template_spec.obj["replicatedJobs"][2]["dependsOn"] = json!([{"name": "dataset-initializer", "status": "Ready"}]);
+    let (_, objs) = run(trainjob(json!({})), info, &MockHost::default());
+    assert_eq!(
+        depends_on(&objs),
+        [Value::Null, Value::Null, json!([{"name": "dataset-initializer", "status": "Ready"}])],
+        "a runtime's own ordering is kept"
+    );
+}
+
 #[test]
 fn pod_set_env_order_is_kept_so_references_expand() {
     // A plugin put PET_NNODES before the runtime entry that references it.
