@@ -181,6 +181,29 @@ impl Info {
         self.template_spec.pod_sets.iter_mut().find(|p| p.ancestor.as_deref() == Some(ancestor))
     }
 
+    /// The `node` containers (JSON, template order) of the replicated jobs
+    /// named `node` or labelled as the trainer: where upstream's
+    /// `ExtractResourcePerNodeFromRuntime` looks for the runtime's per-node
+    /// resources.
+    pub fn runtime_node_containers(&self) -> impl Iterator<Item = &Value> {
+        self.template_spec
+            .obj
+            .get("replicatedJobs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|j| {
+                j.get("name").and_then(Value::as_str) == Some("node")
+                    || j.pointer("/template/metadata/labels")
+                        .and_then(|l| l.get(ANCESTOR_LABEL))
+                        .and_then(Value::as_str)
+                        == Some("trainer")
+            })
+            .filter_map(|j| j.pointer("/template/spec/template/spec/containers").and_then(Value::as_array))
+            .flatten()
+            .filter(|c| c.get("name").and_then(Value::as_str) == Some("node"))
+    }
+
     /// A simple info built from a (Cluster)TrainingRuntime and a TrainJob
     /// (both JSON): labels/annotations from the JobSet template metadata,
     /// policies from the runtime spec, one pod set per replicated job.

@@ -54,6 +54,21 @@ pub fn should_apply(existing: bool, trainjob_suspended: bool) -> bool {
     !existing || trainjob_suspended
 }
 
+/// [`should_apply`] for this TrainJob, looking up its PodGroup of `kind`
+/// (named after the TrainJob) through the host's cache.
+pub fn should_apply_for(
+    ctx: &trainforge_sdk::PhaseContext,
+    kind: &trainforge_sdk::KindRef,
+) -> Result<bool, PluginError> {
+    let existing = ctx.get_object(kind, ctx.trainjob_namespace(), ctx.trainjob_name())?.is_some();
+    let suspended = ctx
+        .trainjob()
+        .pointer("/spec/suspend")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    Ok(should_apply(existing, suspended))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

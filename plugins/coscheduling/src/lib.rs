@@ -80,15 +80,7 @@ impl Plugin for Coscheduling {
             return Ok(Vec::new());
         };
         let (name, ns) = (ctx.trainjob_name(), ctx.trainjob_namespace());
-        let existing = ctx
-            .get_object(&KindRef::new(pg::API_VERSION, KIND), ns, name)?
-            .is_some();
-        let suspended = ctx
-            .trainjob()
-            .pointer("/spec/suspend")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        if !gang::should_apply(existing, suspended) {
+        if !gang::should_apply_for(ctx, &KindRef::new(pg::API_VERSION, KIND))? {
             return Ok(Vec::new());
         }
         let timeout = policy

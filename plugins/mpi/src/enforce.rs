@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use trainforge_sdk::api::trainer::v1alpha1::MPIMLPolicySource;
 use trainforge_sdk::api::trainer::v1alpha1::constants::{
-    ANCESTOR_TRAINER, CONTAINER_NODE, DEFAULT_SSH_AUTH_MOUNT_PATH, LAUNCHER,
+    CONTAINER_NODE, DEFAULT_SSH_AUTH_MOUNT_PATH, LAUNCHER,
     MPI_IMPLEMENTATION_OPENMPI, NODE,
 };
 use trainforge_sdk::k8s_openapi::api::core::v1::{
@@ -73,20 +73,7 @@ fn ceil_quantity(q: &str) -> i64 {
 /// `node` that sets resources, in the jobs named `node` or labelled
 /// `trainer`.
 fn runtime_node_resources(info: &Info) -> Option<ResourceRequirements> {
-    let jobs = info.template_spec.obj.get("replicatedJobs")?.as_array()?;
-    jobs.iter()
-        .filter(|j| {
-            j.get("name").and_then(Value::as_str) == Some(NODE)
-                || j.pointer("/template/metadata/labels")
-                    .and_then(|l| l.get(trainforge_sdk::ANCESTOR_LABEL))
-                    == Some(&json!(ANCESTOR_TRAINER))
-        })
-        .filter_map(|j| {
-            j.pointer("/template/spec/template/spec/containers")
-                .and_then(Value::as_array)
-        })
-        .flatten()
-        .filter(|c| c.get("name").and_then(Value::as_str) == Some(CONTAINER_NODE))
+    info.runtime_node_containers()
         .find_map(|c| c.get("resources").filter(|r| !r.is_null()))
         .and_then(|r| serde_json::from_value(r.clone()).ok())
 }

@@ -3,12 +3,12 @@
 use crate::num_proc::{self, NumProc};
 use crate::quantity;
 use serde::Deserialize;
-use trainforge_sdk::api::trainer::v1alpha1::constants::{ANCESTOR_TRAINER, CONTAINER_NODE, NODE};
+use trainforge_sdk::api::trainer::v1alpha1::constants::{ANCESTOR_TRAINER, NODE};
 use trainforge_sdk::api::trainer::v1alpha1::{MLPolicy, TorchMLPolicySource};
 use trainforge_sdk::k8s_openapi::api::core::v1::EnvVar;
 use trainforge_sdk::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use trainforge_sdk::serde_json::{self, Value};
-use trainforge_sdk::{ANCESTOR_LABEL, Info, PluginError};
+use trainforge_sdk::{Info, PluginError};
 
 /// The `spec.trainer` fields the plugin uses. Resources stay JSON so that
 /// quantities written as YAML numbers (`nvidia.com/gpu: 8`) are accepted.
@@ -75,25 +75,9 @@ pub fn torch_policy(info: &Info) -> Result<Option<(MLPolicy, TorchMLPolicySource
 }
 
 /// Resources of the runtime's trainer `node` container
-/// (`ExtractResourcePerNodeFromRuntime`): container `node` of the replicated
-/// job named `node` or labelled as the trainer.
+/// (`ExtractResourcePerNodeFromRuntime`): the first such container's.
 pub fn runtime_node_resources(info: &Info) -> Option<&Value> {
-    let jobs = info.template_spec.obj.get("replicatedJobs")?.as_array()?;
-    jobs.iter()
-        .filter(|j| {
-            j.get("name").and_then(Value::as_str) == Some(NODE)
-                || j.pointer("/template/metadata/labels")
-                    .and_then(|l| l.get(ANCESTOR_LABEL))
-                    .and_then(Value::as_str)
-                    == Some(ANCESTOR_TRAINER)
-        })
-        .filter_map(|j| {
-            j.pointer("/template/spec/template/spec/containers")
-                .and_then(Value::as_array)
-        })
-        .flatten()
-        .find(|c| c.get("name").and_then(Value::as_str) == Some(CONTAINER_NODE))
-        .and_then(|c| c.get("resources"))
+    info.runtime_node_containers().next().and_then(|c| c.get("resources"))
 }
 
 /// Node sizing: GPUs, CPUs and the resolved `numProcPerNode`.

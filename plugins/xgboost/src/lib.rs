@@ -14,8 +14,7 @@
 pub use trainforge_sdk::quantity;
 
 use serde::Deserialize;
-use trainforge_sdk::ANCESTOR_LABEL;
-use trainforge_sdk::api::trainer::v1alpha1::constants::{ANCESTOR_TRAINER, CONTAINER_NODE, NODE};
+use trainforge_sdk::api::trainer::v1alpha1::constants::{ANCESTOR_TRAINER, CONTAINER_NODE};
 use trainforge_sdk::k8s_openapi::api::core::v1::{
     ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector,
 };
@@ -141,25 +140,9 @@ impl Plugin for XgBoost {
     }
 }
 
-/// Resources of the runtime's trainer `node` container (container `node` of
-/// the replicated job named `node` or labelled as the trainer).
+/// Resources of the runtime's trainer `node` container (the first one).
 fn runtime_node_resources(info: &Info) -> Option<&Value> {
-    let jobs = info.template_spec.obj.get("replicatedJobs")?.as_array()?;
-    jobs.iter()
-        .filter(|j| {
-            j.get("name").and_then(Value::as_str) == Some(NODE)
-                || j.pointer("/template/metadata/labels")
-                    .and_then(|l| l.get(ANCESTOR_LABEL))
-                    .and_then(Value::as_str)
-                    == Some(ANCESTOR_TRAINER)
-        })
-        .filter_map(|j| {
-            j.pointer("/template/spec/template/spec/containers")
-                .and_then(Value::as_array)
-        })
-        .flatten()
-        .find(|c| c.get("name").and_then(Value::as_str) == Some(CONTAINER_NODE))
-        .and_then(|c| c.get("resources"))
+    info.runtime_node_containers().next().and_then(|c| c.get("resources"))
 }
 
 /// The DMLC variables, in upstream order.

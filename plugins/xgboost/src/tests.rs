@@ -1,6 +1,7 @@
 //! Unit tests of XGBoost (spec §3.8).
 
 use super::*;
+use trainforge_sdk::ANCESTOR_LABEL;
 use pretty_assertions::assert_eq;
 use trainforge_sdk::testing::Harness;
 
