@@ -7,6 +7,7 @@
 //! - [`cli`]: the `trainforge` command line.
 
 pub mod cli;
+pub mod controller;
 pub mod crdgen;
 pub mod pipeline;
 pub mod plugin;

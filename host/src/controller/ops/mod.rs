@@ -1,0 +1,1 @@
+//! Operations: metrics, health endpoints, leader election, shutdown.

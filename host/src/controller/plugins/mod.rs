@@ -1,0 +1,1 @@
+//! The `ClusterTrainerPlugin` controller and the plugin catalog.
