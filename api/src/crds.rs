@@ -1,6 +1,6 @@
 //! The CustomResourceDefinitions of our kinds, generated from the Rust types:
 //! `trainjobs`, `trainingruntimes` and `clustertrainingruntimes` in
-//! `trainer.kubeflow.org`.
+//! `trainer.kubeflow.org`, and `clustertrainerplugins` in `trainforge.dev`.
 //!
 //! `trainforge crds` writes them to `crds/`; a test keeps the checked-in
 //! files current.
@@ -15,6 +15,9 @@ use crate::cel::CelRule;
 use crate::schema::{SchemaError, StructuralSchemas};
 use crate::trainer::v1alpha1::cel;
 use crate::trainer::v1alpha1::constants::CLUSTER_TRAINING_RUNTIME_KIND;
+use crate::trainforge::v1alpha1::{
+    ClusterTrainerPlugin, ClusterTrainerPluginSpec, ClusterTrainerPluginStatus,
+};
 use crate::trainer::v1alpha1::{
     TrainJob, TrainJobSpec, TrainJobStatus, TrainingRuntime, TrainingRuntimeSpec,
 };
@@ -41,6 +44,7 @@ pub fn all_crds() -> Result<Vec<CustomResourceDefinition>, CrdError> {
         trainjob_crd()?,
         training_runtime_crd()?,
         cluster_training_runtime_crd()?,
+        cluster_trainer_plugin_crd()?,
     ])
 }
 
@@ -90,6 +94,23 @@ pub fn cluster_training_runtime_crd() -> Result<CustomResourceDefinition, CrdErr
     crd.spec.names.plural = "clustertrainingruntimes".into();
     crd.spec.names.singular = Some("clustertrainingruntime".into());
     with_schema(crd, KIND, root)
+}
+
+/// The `clustertrainerplugins.trainforge.dev` CRD (cluster scoped, status
+/// subresource).
+pub fn cluster_trainer_plugin_crd() -> Result<CustomResourceDefinition, CrdError> {
+    const KIND: &str = crate::trainforge::v1alpha1::CLUSTER_TRAINER_PLUGIN_KIND;
+    let err = |source| CrdError::Schema { kind: KIND, source };
+    let mut schemas = StructuralSchemas::new();
+    let spec = schemas.schema_for::<ClusterTrainerPluginSpec>().map_err(err)?;
+    let status = schemas.schema_for::<ClusterTrainerPluginStatus>().map_err(err)?;
+    let root = root_schema(
+        "ClusterTrainerPlugin configures one framework plugin (a Wasm component) that the operator fetches, verifies, compiles and serves; editing it swaps the plugin at run time, keeping the last good version serving if the new one fails.",
+        spec,
+        Some(status),
+        &[],
+    );
+    with_schema(ClusterTrainerPlugin::crd(), KIND, root)
 }
 
 fn runtime_root_schema(kind: &'static str, description: &str) -> Result<Value, CrdError> {

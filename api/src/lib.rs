@@ -7,6 +7,7 @@
 //! - [`trainer::v1alpha1`] — TrainJob, TrainingRuntime, ClusterTrainingRuntime.
 //! - [`jobset::v1alpha2`] — JobSet.
 //! - [`scheduling`] — scheduler-plugins and Volcano PodGroups.
+//! - [`trainforge::v1alpha1`] — ClusterTrainerPlugin (the operator's plugin configuration).
 //! - [`crds`] — the CRDs of our kinds, generated from these types ([`schema`]
 //!   makes the schemas structural).
 
@@ -17,3 +18,4 @@ pub mod plugin;
 pub mod scheduling;
 pub mod schema;
 pub mod trainer;
+pub mod trainforge;

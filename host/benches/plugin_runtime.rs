@@ -69,6 +69,20 @@ fn benches(c: &mut Criterion) {
             black_box(p)
         })
     });
+    // Where a disk load goes: the artifact alone (read, sha256 check,
+    // deserialize), without interface checks, linking or `describe`.
+    let key = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .find_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".cwasm")).map(str::to_owned))
+        .unwrap();
+    eprintln!(
+        "artifact: {} bytes",
+        std::fs::metadata(dir.path().join(format!("{key}.cwasm"))).map(|m| m.len()).unwrap_or(0)
+    );
+    g.bench_function("disk_artifact_only", |b| {
+        b.iter(|| black_box(trainforge_precompiled::load(rt_disk.engine(), dir.path(), &key).unwrap()))
+    });
     g.bench_function("cached_memory", |b| {
         b.iter(|| {
             let (p, o) = rt_disk.load_traced(src()).unwrap();

@@ -22,13 +22,16 @@ enum Command {
     /// Tools for plugin authors: inspect, run and benchmark a `.wasm` plugin.
     #[command(subcommand)]
     Plugin(crate::plugin::cli::PluginCommand),
+    /// Run the operator (TrainJob and ClusterTrainerPlugin controllers).
+    Operator(crate::controller::operator::OperatorArgs),
 }
 
 /// Parse arguments, run the chosen subcommand and map its result to an exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    init_tracing(matches!(cli.command, Command::Operator(_)));
     let result = match cli.command {
+        Command::Operator(args) => crate::controller::operator::main(args).map_err(|e| e.to_string()),
         Command::Crds(args) => crate::crdgen::run(&args).map_err(|e| e.to_string()),
         Command::Render(args) => crate::render::run(&args).map_err(|e| e.to_string()),
         Command::Plugin(cmd) => crate::plugin::cli::run(cmd).map_err(|e| e.to_string()),
@@ -43,13 +46,18 @@ pub fn main() -> ExitCode {
 }
 
 /// Logs go to stderr (stdout carries command output such as YAML);
-/// `RUST_LOG` selects the level, `warn` by default.
-fn init_tracing() {
+/// `RUST_LOG` selects the level: `warn` by default for the tools, `info` for
+/// the operator, whose logs are JSON lines (one per event, with the span
+/// fields: TrainJob, plugin, phase) unless `TRAINFORGE_LOG_FORMAT=text`.
+fn init_tracing(operator: bool) {
+    let default = if operator { "info" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     // Ignore the error: a subscriber may already be set (e.g. in tests).
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let _ = if operator && std::env::var("TRAINFORGE_LOG_FORMAT").as_deref() != Ok("text") {
+        builder.json().with_current_span(true).with_span_list(true).try_init()
+    } else {
+        builder.try_init()
+    };
 }

@@ -3,9 +3,12 @@
 //! and its warnings, using the builtin plugins, with no cluster.
 //!
 //! The work is done by [`crate::pipeline::run`], the same code the
-//! controller runs; this module only reads files and prints.
+//! controller runs; this module only reads files and prints. The builtin
+//! plugins are compiled once per user and Trainforge version and then loaded
+//! from an on-disk artifact cache (see [`builtin_plugins`], [`CACHE_DIR_ENV`]).
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use trainforge_api::trainer::v1alpha1::constants::{
@@ -19,6 +22,9 @@ use crate::plugin::{self, PluginRuntime, PluginSet, RuntimeConfig};
 
 /// Arguments of `trainforge render`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "The builtin plugins are compiled on first use and kept in \
+    $TRAINFORGE_CACHE_DIR (default: ${XDG_CACHE_HOME:-$HOME/.cache}/trainforge/artifacts; \
+    set it to the empty string to disable the cache).")]
 pub struct RenderArgs {
     /// YAML files (multi-document) holding TrainJobs and the
     /// (Cluster)TrainingRuntimes they reference.
@@ -112,10 +118,25 @@ pub fn run(args: &RenderArgs) -> Result<(), RenderError> {
     Ok(())
 }
 
-/// The builtin plugins as one set, in crate-name order. Builtins are
-/// trusted with the capabilities they declare (e.g. MPI's `random`).
+/// The builtin plugins as one set, in crate-name order, compiled once per
+/// user and version: precompiled artifacts are kept in
+/// [`default_cache_dir`] when it is usable (see [`usable_cache_dir`]),
+/// otherwise every invocation compiles them.
 pub fn builtin_plugins() -> Result<PluginSet, RenderError> {
-    let rt = PluginRuntime::new(RuntimeConfig::default())?;
+    builtin_plugins_in(default_cache_dir().and_then(usable_cache_dir))
+}
+
+/// The builtin plugins as one set, in crate-name order, with precompiled
+/// artifacts in `cache_dir` (`None`: compile in memory only). Builtins are
+/// trusted with the capabilities they declare (e.g. MPI's `random`).
+///
+/// The artifact cache is keyed by the component's sha256 and the engine's
+/// compatibility hash (wasmtime version and configuration), and each artifact
+/// is checked against its sha256 sidecar before use, so one directory can be
+/// shared by every Trainforge version of a user. It must be private to that
+/// user ([`usable_cache_dir`] checks this).
+pub fn builtin_plugins_in(cache_dir: Option<PathBuf>) -> Result<PluginSet, RenderError> {
+    let rt = PluginRuntime::new(RuntimeConfig { cache_dir, ..RuntimeConfig::default() })?;
     let mut loaded = Vec::new();
     for b in plugin::builtin::all() {
         let probe = rt.load(b.source())?;
@@ -125,6 +146,69 @@ pub fn builtin_plugins() -> Result<PluginSet, RenderError> {
         loaded.push(rt.load(src)?);
     }
     Ok(PluginSet::new(loaded)?)
+}
+
+/// Environment variable naming the directory where `render` keeps
+/// precompiled plugin artifacts; set it to the empty string to disable the
+/// disk cache.
+pub const CACHE_DIR_ENV: &str = "TRAINFORGE_CACHE_DIR";
+
+/// Where `render` keeps precompiled plugin artifacts: `$TRAINFORGE_CACHE_DIR`
+/// if set (empty: none), else `${XDG_CACHE_HOME:-$HOME/.cache}/trainforge/artifacts`
+/// (relative values of those variables are ignored, as the XDG spec says).
+pub fn default_cache_dir() -> Option<PathBuf> {
+    cache_dir_from(|name| std::env::var_os(name))
+}
+
+fn cache_dir_from(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    if let Some(dir) = var(CACHE_DIR_ENV) {
+        return (!dir.is_empty()).then(|| PathBuf::from(dir));
+    }
+    let absolute = |name: &str| var(name).map(PathBuf::from).filter(|p| p.is_absolute());
+    let base = absolute("XDG_CACHE_HOME").or_else(|| absolute("HOME").map(|home| home.join(".cache")))?;
+    Some(base.join("trainforge").join("artifacts"))
+}
+
+/// `dir` if it can hold the artifact cache, else `None` (the caller then
+/// compiles in memory): it is created if missing (mode 0700 on Unix), must
+/// accept a new file, and on Unix must not be writable by group or others,
+/// since artifacts are native code loaded without recompiling.
+pub fn usable_cache_dir(dir: PathBuf) -> Option<PathBuf> {
+    match check_cache_dir(&dir) {
+        Ok(()) => Some(dir),
+        Err(reason) => {
+            let explicit = std::env::var_os(CACHE_DIR_ENV).is_some_and(|v| Path::new(&v) == dir);
+            if explicit {
+                tracing::warn!(dir = %dir.display(), reason, "plugin artifact cache disabled");
+            } else {
+                tracing::debug!(dir = %dir.display(), reason, "plugin artifact cache disabled");
+            }
+            None
+        }
+    }
+}
+
+fn check_cache_dir(dir: &Path) -> Result<(), String> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir).map_err(|e| format!("cannot create it: {e}"))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir).map_err(|e| e.to_string())?.permissions().mode();
+        if mode & 0o022 != 0 {
+            return Err(format!("it is writable by group or others (mode {:o})", mode & 0o7777));
+        }
+    }
+    let probe = dir.join(format!(".probe-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| format!("it is not writable: {e}"))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 /// Each TrainJob with what the pipeline made of it.
@@ -232,4 +316,64 @@ pub fn to_yaml_stream(objects: &[Value], first: &mut bool) -> Result<String, Ren
         out.push_str(&serde_saphyr::to_string(o).map_err(|e| RenderError::Yaml(e.to_string()))?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+        move |name| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| OsString::from(v))
+    }
+
+    #[test]
+    fn cache_dir_resolution() {
+        let all = [("TRAINFORGE_CACHE_DIR", "/c"), ("XDG_CACHE_HOME", "/x"), ("HOME", "/h")];
+        assert_eq!(cache_dir_from(vars(&all)), Some(PathBuf::from("/c")));
+        assert_eq!(cache_dir_from(vars(&[("TRAINFORGE_CACHE_DIR", ""), ("HOME", "/h")])), None);
+        assert_eq!(cache_dir_from(vars(&all[1..])), Some(PathBuf::from("/x/trainforge/artifacts")));
+        assert_eq!(cache_dir_from(vars(&all[2..])), Some(PathBuf::from("/h/.cache/trainforge/artifacts")));
+        // Relative XDG_CACHE_HOME is ignored; no HOME at all means no cache.
+        assert_eq!(
+            cache_dir_from(vars(&[("XDG_CACHE_HOME", "rel"), ("HOME", "/h")])),
+            Some(PathBuf::from("/h/.cache/trainforge/artifacts"))
+        );
+        assert_eq!(cache_dir_from(vars(&[("HOME", "rel")])), None);
+        assert_eq!(cache_dir_from(vars(&[])), None);
+    }
+
+    #[test]
+    fn usable_cache_dir_is_created_private() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/b/artifacts");
+        assert_eq!(usable_cache_dir(dir.clone()), Some(dir.clone()));
+        assert!(dir.is_dir());
+        // The probe file is cleaned up.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o077, 0);
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn shared_writable_cache_dir_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("shared");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(usable_cache_dir(dir), None);
+    }
+
+    #[test]
+    fn cache_dir_under_a_file_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        assert_eq!(usable_cache_dir(file.join("artifacts")), None);
+    }
 }

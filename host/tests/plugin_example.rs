@@ -58,7 +58,8 @@ fn validate_and_plugin_errors_cross_the_boundary() {
     tj["spec"]["trainer"]["env"] = json!([{"name": "MINIMAL_GREETING", "value": "x"}]);
     let v = set.validate(&tj, None, &info).unwrap();
     assert_eq!(v.errors.len(), 1);
-    assert_eq!(v.errors[0].field, "spec.trainer.env");
+    assert_eq!(v.errors[0].error.field, "spec.trainer.env");
+    assert_eq!(v.errors[0].plugin, "minimal");
     assert!(set.validate(&trainjob(), None, &info).unwrap().errors.is_empty());
 
     let bad = PluginSet::new(vec![load(&rt, json!({"greeting": 5}))]).unwrap();

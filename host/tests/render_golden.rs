@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
-use trainforge::render::{Input, builtin_plugins, render, to_yaml_stream};
+use trainforge::render::{Input, builtin_plugins, builtin_plugins_in, render, to_yaml_stream};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -123,4 +123,37 @@ fn render_matches_golden_files() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// Size and modification time of every precompiled artifact in `dir`.
+fn artifacts(dir: &Path) -> Vec<(String, u64, std::time::SystemTime)> {
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .expect("artifact dir")
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+        .map(|e| {
+            let m = e.metadata().expect("metadata");
+            (e.file_name().to_string_lossy().into_owned(), m.len(), m.modified().expect("mtime"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `render` compiles the builtins once: the first load stores one artifact
+/// per builtin, a later load (a new plugin runtime, as a new `render`
+/// process has) reuses them without rewriting, and plugins loaded from the
+/// artifacts render the reviewed output.
+#[test]
+fn builtin_plugins_reuse_the_artifact_cache() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("artifacts");
+    builtin_plugins_in(Some(dir.clone())).expect("compile and store the builtins");
+    let stored = artifacts(&dir);
+    assert_eq!(stored.len(), trainforge::plugin::builtin::all().len(), "one artifact per builtin: {stored:?}");
+    let cached = builtin_plugins_in(Some(dir.clone())).expect("load the builtins from the artifact cache");
+    assert_eq!(artifacts(&dir), stored, "artifacts were rewritten, i.e. recompiled");
+    let case = repo_root().join("host/tests/golden/worked-example");
+    let expected = std::fs::read_to_string(case.join("expected.yaml")).expect("expected.yaml");
+    assert_eq!(render_case(&case, &cached).expected.as_deref(), Some(expected.as_str()));
 }

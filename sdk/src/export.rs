@@ -82,14 +82,26 @@ fn mutate(
     f: impl FnOnce(&mut PhaseContext) -> Result<(), PluginError>,
 ) -> Result<wit::Mutation, wit::PluginError> {
     let host = WasmHost;
-    let mut ctx = PhaseContext::from_json(&input.trainjob, &input.info, &input.config, &host)
+    let mut ctx = PhaseContext::from_json_lazy(&input.trainjob, &input.info, &input.config, &host)
         .map_err(error)?;
-    f(&mut ctx).map_err(error)?;
+    let result = f(&mut ctx);
+    if let Some(e) = ctx.input_error() {
+        return Err(error(e));
+    }
+    result.map_err(error)?;
     let (info, trainjob) = ctx.into_parts();
-    Ok(wit::Mutation {
+    let out = wit::Mutation {
         info: info.as_ref().map(to_json).transpose()?,
         trainjob: trainjob.as_ref().map(to_json).transpose()?,
-    })
+    };
+    discard((info, trainjob, input));
+    Ok(out)
+}
+
+/// Each call runs in a fresh instance that is thrown away afterwards:
+/// freeing large parsed values piece by piece would only cost time.
+fn discard<T>(value: T) {
+    std::mem::forget(value);
 }
 
 impl<P: Plugin> Guest for Export<P> {
@@ -115,10 +127,16 @@ impl<P: Plugin> Guest for Export<P> {
 
     fn build(input: wit::PhaseInput) -> Result<Vec<String>, wit::PluginError> {
         let host = WasmHost;
-        let ctx = PhaseContext::from_json(&input.trainjob, &input.info, &input.config, &host)
+        let ctx = PhaseContext::from_json_lazy(&input.trainjob, &input.info, &input.config, &host)
             .map_err(error)?;
-        let objects = P::default().build(&ctx).map_err(error)?;
-        objects.iter().map(to_json).collect()
+        let objects = P::default().build(&ctx);
+        if let Some(e) = ctx.input_error() {
+            return Err(error(e));
+        }
+        let objects = objects.map_err(error)?;
+        let out = objects.iter().map(to_json).collect();
+        discard((ctx, objects, input));
+        out
     }
 
     fn validate(input: wit::ValidateInput) -> Result<wit::Validation, wit::PluginError> {
@@ -132,6 +150,7 @@ impl<P: Plugin> Guest for Export<P> {
         )
         .map_err(error)?;
         let v = P::default().validate(&ctx).map_err(error)?;
+        discard((ctx, input));
         Ok(wit::Validation {
             warnings: v.warnings,
             errors: v
@@ -160,9 +179,15 @@ impl<P: Plugin> Guest for Export<P> {
 
     fn status(input: wit::PhaseInput) -> Result<Option<String>, wit::PluginError> {
         let host = WasmHost;
-        let ctx = PhaseContext::from_json(&input.trainjob, &input.info, &input.config, &host)
+        let ctx = PhaseContext::from_json_lazy(&input.trainjob, &input.info, &input.config, &host)
             .map_err(error)?;
-        let status = P::default().status(&ctx).map_err(error)?;
-        status.as_ref().map(to_json).transpose()
+        let status = P::default().status(&ctx);
+        if let Some(e) = ctx.input_error() {
+            return Err(error(e));
+        }
+        let status = status.map_err(error)?;
+        let out = status.as_ref().map(to_json).transpose();
+        discard((ctx, status, input));
+        out
     }
 }

@@ -168,11 +168,12 @@ pub fn validate(
         old_trainjob: old.map(|o| to_json_string(o, "old TrainJob")).transpose()?,
         info: to_json_string(&info, "runtime info")?,
     };
-    for p in plugins.plugins().iter().filter(|p| p.implements(trainforge_api::plugin::Phase::Validate)) {
-        let v = p.validate(&input)?;
-        warnings.extend(v.warnings);
-        problems.extend(v.errors.into_iter().map(|error| Problem { source: p.name().to_string(), error }));
-    }
+    // Through the set: it honours each plugin's phases and failure policy
+    // (an ignored failure becomes a warning).
+    let v = plugins.validate_input(&input)?;
+    warnings.extend(v.warnings);
+    warnings.extend(v.ignored);
+    problems.extend(v.errors.into_iter().map(|e| Problem { source: e.plugin, error: e.error }));
     if problems.is_empty() { Ok(warnings) } else { Err(PipelineError::Invalid { problems, warnings }) }
 }
 
@@ -187,6 +188,8 @@ pub fn run(job: &TrainJob, runtime: &RuntimeObject, plugins: &PluginSet) -> Resu
     let info = runtime_info(&merged)?;
     let trainjob = serde_json::to_value(job).map_err(|e| PipelineError::Serialize { what: "TrainJob", reason: e.to_string() })?;
     let out = plugins.reconcile(&trainjob, &info)?;
+    let mut warnings = warnings;
+    warnings.extend(out.warnings);
     let mut objects = vec![snapshot_config_map(job, runtime)?];
     objects.extend(out.objects);
     objects.sort_by_key(apply_rank);

@@ -2,7 +2,8 @@
 //! `InstancePre`, epoch deadline, memory cap, output bounds, error mapping.
 
 use super::bindings::{PluginPre, wit};
-use super::engine::{Limits, deadline_ticks};
+use super::engine::{EpochTicker, Limits, deadline_ticks};
+use super::observe::{FailurePolicy, ObserverSlot};
 use super::output_check::{Owner, check_objects};
 use super::registry::ObjectSource;
 use super::sandbox::{CallState, PluginContext};
@@ -37,22 +38,36 @@ pub struct ValidateInput {
 }
 
 /// A compiled, linked and described plugin, ready to be called. Cheap to
-/// clone; safe to call from many threads (each call has its own store).
+/// clone (one `Arc`); `Send + Sync`: call it from many threads at once
+/// (each call has its own store and instance).
 #[derive(Clone)]
 pub struct LoadedPlugin {
     pub(crate) inner: Arc<Inner>,
 }
 
 pub(crate) struct Inner {
-    pub(crate) engine: Engine,
-    pub(crate) tick: Duration,
-    pub(crate) pre: PluginPre<CallState>,
+    pub(crate) env: CallEnv,
     pub(crate) descriptor: Descriptor,
     pub(crate) sha256: String,
     pub(crate) config: String,
+    /// Declared `emits`, narrowed by the configuration's `allowed_emits`.
     pub(crate) emits: BTreeSet<KindRef>,
+    pub(crate) failure_policy: FailurePolicy,
+    /// Phases the configuration allows (`None` = all implemented).
+    pub(crate) phases: Option<BTreeSet<Phase>>,
+}
+
+/// What every call of one plugin needs: engine, its epoch ticker (kept
+/// alive by the plugin), the linked `InstancePre`, limits and grants, the
+/// object source and the observer.
+pub(crate) struct CallEnv {
+    pub(crate) engine: Engine,
+    pub(crate) tick: Duration,
+    pub(crate) _ticker: Arc<EpochTicker>,
+    pub(crate) pre: PluginPre<CallState>,
     pub(crate) ctx: Arc<PluginContext>,
     pub(crate) objects: Arc<dyn ObjectSource>,
+    pub(crate) observer: Arc<ObserverSlot>,
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -91,23 +106,35 @@ pub(crate) fn descriptor_from_wit(d: wit::Descriptor) -> Descriptor {
 }
 
 /// Run `f` against a fresh instance with the plugin's limits and map every
-/// failure to an [`Error`] naming the plugin and phase.
+/// failure to an [`Error`] naming the plugin and phase. Also returns the
+/// instance's linear-memory high-water mark.
 pub(crate) fn with_instance<R>(
-    engine: &Engine,
-    tick: Duration,
-    pre: &PluginPre<CallState>,
-    ctx: &Arc<PluginContext>,
-    objects: &Arc<dyn ObjectSource>,
+    env: &CallEnv,
     phase: &str,
     f: impl FnOnce(&mut Store<CallState>, &super::bindings::Plugin) -> wasmtime::Result<R>,
-) -> Result<R, Error> {
+) -> (Result<R, Error>, usize) {
+    let ctx = &env.ctx;
     let limits: Limits = ctx.limits;
-    let mut store = Store::new(engine, CallState::new(ctx.clone(), objects.clone()));
+    let mut store = Store::new(&env.engine, CallState::new(ctx.clone(), env.objects.clone()));
     store.limiter(|s| &mut s.limiter);
-    store.set_epoch_deadline(deadline_ticks(limits.timeout, tick));
+    store.set_epoch_deadline(deadline_ticks(limits.timeout, env.tick));
     store.epoch_deadline_trap();
-    let result = pre.instantiate(&mut store).and_then(|instance| f(&mut store, &instance));
-    result.map_err(|e| {
+    let result = match env.pre.instantiate(&mut store) {
+        Ok(instance) => f(&mut store, &instance),
+        Err(e) if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() => {
+            let high_water = store.data().limiter.high_water;
+            return (
+                Err(Error::Host(format!(
+                    "plugin {}: {phase}: too many plugin calls at once ({e}); raise RuntimeConfig::max_concurrent_calls",
+                    ctx.name
+                ))),
+                high_water,
+            );
+        }
+        Err(e) => Err(e),
+    };
+    let high_water = store.data().limiter.high_water;
+    let result = result.map_err(|e| {
         let state = store.data();
         if state.limiter.exceeded {
             return Error::MemoryLimit {
@@ -133,7 +160,8 @@ pub(crate) fn with_instance<R>(
             message.push_str(&stderr);
         }
         Error::Trap { plugin: ctx.name.clone(), phase: phase.to_owned(), message }
-    })
+    });
+    (result, high_water)
 }
 
 impl LoadedPlugin {
@@ -157,25 +185,48 @@ impl LoadedPlugin {
         self.inner.descriptor.implements(phase)
     }
 
-    fn call<R>(
+    /// The configured failure policy.
+    pub fn failure_policy(&self) -> FailurePolicy {
+        self.inner.failure_policy
+    }
+
+    /// The kinds `build` may return: declared `emits` narrowed by the
+    /// configuration's `allowed_emits`.
+    pub fn allowed_emits(&self) -> &BTreeSet<KindRef> {
+        &self.inner.emits
+    }
+
+    /// Whether the pipeline calls `phase` on this plugin: it implements it
+    /// and the configuration's `phases` (if set) includes it.
+    pub fn calls(&self, phase: Phase) -> bool {
+        self.implements(phase) && self.inner.phases.as_ref().is_none_or(|only| only.contains(&phase))
+    }
+
+    /// One observed guest call: a fresh instance runs `f`, then `post`
+    /// checks the answer; the observer sees the outcome of both.
+    fn call<R, T>(
         &self,
         phase: &str,
         f: impl FnOnce(&mut Store<CallState>, &super::bindings::Plugin) -> wasmtime::Result<R>,
-    ) -> Result<R, Error> {
+        post: impl FnOnce(R) -> Result<T, Error>,
+    ) -> Result<T, Error> {
         let i = &self.inner;
         let span = tracing::debug_span!("plugin_call", plugin = %i.descriptor.name, phase = %phase);
         let _enter = span.enter();
         let start = Instant::now();
-        let r = with_instance(&i.engine, i.tick, &i.pre, &i.ctx, &i.objects, phase, f);
+        let (r, high_water) = with_instance(&i.env, phase, f);
+        let r = r.and_then(post);
+        let elapsed = start.elapsed();
         match &r {
-            Ok(_) => tracing::debug!(elapsed_us = start.elapsed().as_micros() as u64, "plugin call done"),
+            Ok(_) => tracing::debug!(elapsed_us = elapsed.as_micros() as u64, high_water, "plugin call done"),
             Err(e) => tracing::warn!(reason = e.reason(), error = %e, "plugin call failed"),
         }
+        i.env.observer.notify(&i.descriptor.name, phase, elapsed, r.as_ref().err().map(Error::reason), high_water);
         r
     }
 
     fn check_size(&self, phase: Phase, n: usize) -> Result<(), Error> {
-        let max = self.inner.ctx.limits.max_output_bytes;
+        let max = self.inner.env.ctx.limits.max_output_bytes;
         if n > max {
             return Err(Error::invalid_output(
                 self.name(),
@@ -198,47 +249,59 @@ impl LoadedPlugin {
             info: input.info.clone(),
             config: self.inner.config.clone(),
         };
-        let r = self.call(phase.as_str(), |store, p| {
-            let g = p.trainforge_plugin_guest();
-            match phase {
-                Phase::EnforceMlPolicy => g.call_enforce_ml_policy(store, &wit_input),
-                Phase::EnforcePodGroupPolicy => g.call_enforce_pod_group_policy(store, &wit_input),
-                Phase::EnforcePodSpec => g.call_enforce_pod_spec(store, &wit_input),
-                Phase::PreBuild => g.call_pre_build(store, &wit_input),
-                Phase::Build | Phase::Validate | Phase::Status => {
-                    Err(wasmtime::Error::msg(format!("{phase} is not an enforce phase")))
+        self.call(
+            phase.as_str(),
+            |store, p| {
+                let g = p.trainforge_plugin_guest();
+                match phase {
+                    Phase::EnforceMlPolicy => g.call_enforce_ml_policy(store, &wit_input),
+                    Phase::EnforcePodGroupPolicy => g.call_enforce_pod_group_policy(store, &wit_input),
+                    Phase::EnforcePodSpec => g.call_enforce_pod_spec(store, &wit_input),
+                    Phase::PreBuild => g.call_pre_build(store, &wit_input),
+                    Phase::Build | Phase::Validate | Phase::Status => {
+                        Err(wasmtime::Error::msg(format!("{phase} is not an enforce phase")))
+                    }
                 }
-            }
-        })?;
-        let m = r.map_err(|e| self.expected(phase, e))?;
-        let size = m.info.as_ref().map_or(0, String::len) + m.trainjob.as_ref().map_or(0, String::len);
-        self.check_size(phase, size)?;
-        for (what, s) in [("info", &m.info), ("trainjob", &m.trainjob)] {
-            if let Some(s) = s {
-                // Validate without building a tree (the next plugin parses it).
-                if !s.trim_start().starts_with('{') {
-                    return Err(Error::invalid_output(self.name(), phase, format!("{what} is not a JSON object")));
+            },
+            |r| {
+                let m = r.map_err(|e| self.expected(phase, e))?;
+                let size = m.info.as_ref().map_or(0, String::len) + m.trainjob.as_ref().map_or(0, String::len);
+                self.check_size(phase, size)?;
+                for (what, s) in [("info", &m.info), ("trainjob", &m.trainjob)] {
+                    if let Some(s) = s {
+                        // Validate without building a tree (the next plugin parses it).
+                        if !s.trim_start().starts_with('{') {
+                            return Err(Error::invalid_output(self.name(), phase, format!("{what} is not a JSON object")));
+                        }
+                        if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(s) {
+                            return Err(Error::invalid_output(self.name(), phase, format!("{what} is not valid JSON: {e}")));
+                        }
+                    }
                 }
-                if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(s) {
-                    return Err(Error::invalid_output(self.name(), phase, format!("{what} is not valid JSON: {e}")));
-                }
-            }
-        }
-        Ok(Mutation { info: m.info, trainjob: m.trainjob })
+                Ok(Mutation { info: m.info, trainjob: m.trainjob })
+            },
+        )
     }
 
-    /// Run `build` and check every object (see [`super::output_check`]).
+    /// Run `build` and check every object (see [`super::output_check`])
+    /// against the allowed kinds (declared `emits` ∩ configured
+    /// `allowed_emits`).
     pub fn build(&self, input: &PhaseInput) -> Result<Vec<Value>, Error> {
         let wit_input = wit::PhaseInput {
             trainjob: input.trainjob.clone(),
             info: input.info.clone(),
             config: self.inner.config.clone(),
         };
-        let r = self.call("build", |store, p| p.trainforge_plugin_guest().call_build(store, &wit_input))?;
-        let raw = r.map_err(|e| self.expected(Phase::Build, e))?;
-        self.check_size(Phase::Build, raw.iter().map(String::len).sum())?;
-        let trainjob: Value = serde_json::from_str(&input.trainjob).unwrap_or(Value::Null);
-        check_objects(self.name(), &self.inner.emits, &Owner::from_trainjob(&trainjob), raw)
+        self.call(
+            "build",
+            |store, p| p.trainforge_plugin_guest().call_build(store, &wit_input),
+            |r| {
+                let raw = r.map_err(|e| self.expected(Phase::Build, e))?;
+                self.check_size(Phase::Build, raw.iter().map(String::len).sum())?;
+                let trainjob: Value = serde_json::from_str(&input.trainjob).unwrap_or(Value::Null);
+                check_objects(self.name(), &self.inner.emits, &Owner::from_trainjob(&trainjob), raw)
+            },
+        )
     }
 
     /// Run `validate` (admission).
@@ -249,35 +312,20 @@ impl LoadedPlugin {
             info: input.info.clone(),
             config: self.inner.config.clone(),
         };
-        let r = self.call("validate", |store, p| p.trainforge_plugin_guest().call_validate(store, &wit_input))?;
-        let v = r.map_err(|e| self.expected(Phase::Validate, e))?;
-        let size = v.warnings.iter().map(String::len).sum::<usize>()
-            + v.errors.iter().map(|e| e.field.len() + e.detail.len() + e.bad_value.as_ref().map_or(0, String::len)).sum::<usize>();
-        self.check_size(Phase::Validate, size)?;
-        Ok(Validation {
-            warnings: v.warnings,
-            errors: v
-                .errors
-                .into_iter()
-                .map(|e| FieldError {
-                    error_type: match e.error_type {
-                        wit::FieldErrorType::NotFound => FieldErrorType::NotFound,
-                        wit::FieldErrorType::Required => FieldErrorType::Required,
-                        wit::FieldErrorType::Duplicate => FieldErrorType::Duplicate,
-                        wit::FieldErrorType::Invalid => FieldErrorType::Invalid,
-                        wit::FieldErrorType::NotSupported => FieldErrorType::NotSupported,
-                        wit::FieldErrorType::Forbidden => FieldErrorType::Forbidden,
-                        wit::FieldErrorType::TooLong => FieldErrorType::TooLong,
-                        wit::FieldErrorType::TooMany => FieldErrorType::TooMany,
-                        wit::FieldErrorType::Internal => FieldErrorType::Internal,
-                        wit::FieldErrorType::TypeInvalid => FieldErrorType::TypeInvalid,
-                    },
-                    field: e.field,
-                    bad_value: e.bad_value,
-                    detail: e.detail,
-                })
-                .collect(),
-        })
+        self.call(
+            "validate",
+            |store, p| p.trainforge_plugin_guest().call_validate(store, &wit_input),
+            |r| {
+                let v = r.map_err(|e| self.expected(Phase::Validate, e))?;
+                let size = v.warnings.iter().map(String::len).sum::<usize>()
+                    + v.errors
+                        .iter()
+                        .map(|e| e.field.len() + e.detail.len() + e.bad_value.as_ref().map_or(0, String::len))
+                        .sum::<usize>();
+                self.check_size(Phase::Validate, size)?;
+                Ok(validation_from_wit(v))
+            },
+        )
     }
 
     /// Run `status`: the new TrainJob status JSON, or `None`.
@@ -287,22 +335,50 @@ impl LoadedPlugin {
             info: input.info.clone(),
             config: self.inner.config.clone(),
         };
-        let r = self.call("status", |store, p| p.trainforge_plugin_guest().call_status(store, &wit_input))?;
-        let s = r.map_err(|e| self.expected(Phase::Status, e))?;
-        match s {
-            None => Ok(None),
-            Some(s) => {
-                self.check_size(Phase::Status, s.len())?;
-                serde_json::from_str(&s)
-                    .map(Some)
-                    .map_err(|e| Error::invalid_output(self.name(), Phase::Status, format!("status is not valid JSON: {e}")))
-            }
-        }
+        self.call(
+            "status",
+            |store, p| p.trainforge_plugin_guest().call_status(store, &wit_input),
+            |r| match r.map_err(|e| self.expected(Phase::Status, e))? {
+                None => Ok(None),
+                Some(s) => {
+                    self.check_size(Phase::Status, s.len())?;
+                    serde_json::from_str(&s).map(Some).map_err(|e| {
+                        Error::invalid_output(self.name(), Phase::Status, format!("status is not valid JSON: {e}"))
+                    })
+                }
+            },
+        )
     }
 
     /// Call `describe` again (fresh instance) — used by benchmarks and `inspect`.
     pub fn describe_fresh(&self) -> Result<Descriptor, Error> {
-        self.call("describe", |store, p| p.trainforge_plugin_guest().call_describe(store))
-            .map(descriptor_from_wit)
+        self.call("describe", |store, p| p.trainforge_plugin_guest().call_describe(store), |d| Ok(descriptor_from_wit(d)))
+    }
+}
+
+fn validation_from_wit(v: wit::Validation) -> Validation {
+    Validation {
+        warnings: v.warnings,
+        errors: v
+            .errors
+            .into_iter()
+            .map(|e| FieldError {
+                error_type: match e.error_type {
+                    wit::FieldErrorType::NotFound => FieldErrorType::NotFound,
+                    wit::FieldErrorType::Required => FieldErrorType::Required,
+                    wit::FieldErrorType::Duplicate => FieldErrorType::Duplicate,
+                    wit::FieldErrorType::Invalid => FieldErrorType::Invalid,
+                    wit::FieldErrorType::NotSupported => FieldErrorType::NotSupported,
+                    wit::FieldErrorType::Forbidden => FieldErrorType::Forbidden,
+                    wit::FieldErrorType::TooLong => FieldErrorType::TooLong,
+                    wit::FieldErrorType::TooMany => FieldErrorType::TooMany,
+                    wit::FieldErrorType::Internal => FieldErrorType::Internal,
+                    wit::FieldErrorType::TypeInvalid => FieldErrorType::TypeInvalid,
+                },
+                field: e.field,
+                bad_value: e.bad_value,
+                detail: e.detail,
+            })
+            .collect(),
     }
 }

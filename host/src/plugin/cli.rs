@@ -197,7 +197,10 @@ pub fn dry_run(p: &LoadedPlugin, trainjob: &Value, info: &Info) -> Result<Value,
     let status = set.status(&out.trainjob, &out.info)?;
     Ok(json!({
         "plugin": {"name": p.name(), "version": p.descriptor().version, "sha256": p.sha256()},
-        "validation": validation,
+        "validation": {
+            "warnings": validation.warnings,
+            "errors": validation.errors.iter().map(|e| &e.error).collect::<Vec<_>>(),
+        },
         "objects": out.objects,
         "info": out.info,
         "trainjob": out.trainjob,

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use wasmtime::{Config, Engine};
+use super::observe::CallObserver;
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 /// Per-call limits. Defaults follow `wasm-host.md` §5.2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +39,7 @@ impl Default for Limits {
 }
 
 /// Configuration of a [`PluginRuntime`](super::PluginRuntime).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RuntimeConfig {
     /// Epoch tick period (deadline granularity). Default 10 ms.
     pub epoch_tick: Duration,
@@ -48,6 +49,27 @@ pub struct RuntimeConfig {
     pub max_component_bytes: usize,
     /// Default limits of every call (a plugin's grants may override them).
     pub limits: Limits,
+    /// Calls that may run at the same time (size of the pooling
+    /// allocator's instance pool). Default 256. A call beyond it fails
+    /// with `Host` instead of waiting; `0` disables pooling (every call
+    /// maps fresh memory: slower, no pool to exhaust).
+    pub max_concurrent_calls: u32,
+    /// Observer told about every guest call (metrics). Can also be set
+    /// later with [`PluginRuntime::set_observer`](super::PluginRuntime::set_observer).
+    pub observer: Option<Arc<dyn CallObserver>>,
+}
+
+impl std::fmt::Debug for RuntimeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeConfig")
+            .field("epoch_tick", &self.epoch_tick)
+            .field("cache_dir", &self.cache_dir)
+            .field("max_component_bytes", &self.max_component_bytes)
+            .field("limits", &self.limits)
+            .field("max_concurrent_calls", &self.max_concurrent_calls)
+            .field("observer", &self.observer.as_ref().map(|_| "set"))
+            .finish()
+    }
 }
 
 impl Default for RuntimeConfig {
@@ -57,16 +79,88 @@ impl Default for RuntimeConfig {
             cache_dir: None,
             max_component_bytes: 32 << 20,
             limits: Limits::default(),
+            max_concurrent_calls: 256,
+            observer: None,
         }
     }
 }
 
-/// The one wasmtime [`Engine`] (epoch interruption on) plus its ticker.
-pub(crate) fn new_engine() -> Result<Engine, Error> {
+/// Core instances, memories and tables one plugin component may use (a
+/// Rust `wasm32-wasip2` component has its module plus a few adapter/shim
+/// instances and up to two memories).
+const CORE_INSTANCES_PER_CALL: u32 = 16;
+const MEMORIES_PER_CALL: u32 = 2;
+const TABLES_PER_CALL: u32 = 4;
+
+/// Bytes of linear memory a pool slot keeps mapped (and resets with
+/// `memset`) between calls, so the next call does not page-fault its heap
+/// in again. Used only with `PAGEMAP_SCAN` (Linux ≥ 6.7), which resets
+/// just the pages a call dirtied; without it only a small prefix is kept.
+const KEEP_RESIDENT_WITH_SCAN: usize = 16 << 20;
+const KEEP_RESIDENT_WITHOUT_SCAN: usize = 256 << 10;
+
+fn base_config() -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
-    Engine::new(&config).map_err(|e| Error::Host(format!("creating wasmtime engine: {e}")))
+    // Explicit (these are wasmtime's defaults today): optimised code, no
+    // DWARF, copy-on-write memory images, lazily initialised tables.
+    config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+    config.debug_info(false);
+    config.memory_init_cow(true);
+    config.table_lazy_init(true);
+    config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Disable);
+    // Only for third-party unwinders (wasmtime's own traps and backtraces
+    // do not need it); registering it costs time on every load and unload.
+    config.native_unwind_info(false);
+    if std::env::var_os("TRAINFORGE_PLUGIN_PERFMAP").is_some_and(|v| v != "0") {
+        // Debugging aid: `/tmp/perf-<pid>.map` so `perf report` names guest functions.
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
+    config
+}
+
+fn pooling(max_calls: u32, scan: bool) -> PoolingAllocationConfig {
+    let mut p = PoolingAllocationConfig::new();
+    p.total_component_instances(max_calls)
+        .total_core_instances(max_calls.saturating_mul(CORE_INSTANCES_PER_CALL))
+        .total_memories(max_calls.saturating_mul(MEMORIES_PER_CALL))
+        .total_tables(max_calls.saturating_mul(TABLES_PER_CALL))
+        .max_memories_per_component(MEMORIES_PER_CALL)
+        .max_tables_per_component(TABLES_PER_CALL)
+        .max_core_instances_per_component(CORE_INSTANCES_PER_CALL)
+        .table_elements(100_000)
+        // Slots freed by one plugin are reused by the next call of the same
+        // module first (its image is already mapped).
+        .max_unused_warm_slots(max_calls.min(64))
+        .table_keep_resident(64 << 10);
+    if scan {
+        p.pagemap_scan(Enabled::Yes).linear_memory_keep_resident(KEEP_RESIDENT_WITH_SCAN);
+    } else {
+        p.pagemap_scan(Enabled::No).linear_memory_keep_resident(KEEP_RESIDENT_WITHOUT_SCAN);
+    }
+    p
+}
+
+/// The one wasmtime [`Engine`]: epoch interruption, and a pooling instance
+/// allocator when the host allows it (falls back to on-demand mapping).
+///
+/// Pooling keeps the per-call isolation: every call still gets a fresh
+/// `Store` and instance; a slot's memory is reset to zero / the module's
+/// initial image before it is handed to the next call.
+pub(crate) fn new_engine(max_concurrent_calls: u32) -> Result<Engine, Error> {
+    if max_concurrent_calls > 0 {
+        for scan in [true, false] {
+            let mut config = base_config();
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(max_concurrent_calls, scan)));
+            match Engine::new(&config) {
+                Ok(engine) => return Ok(engine),
+                Err(e) => tracing::debug!(scan, error = %e, "pooling allocator unavailable with this setting"),
+            }
+        }
+        tracing::warn!("pooling allocator unavailable; plugin calls map memory on demand (slower)");
+    }
+    Engine::new(&base_config()).map_err(|e| Error::Host(format!("creating wasmtime engine: {e}")))
 }
 
 /// Increments the engine epoch every tick on its own OS thread (never a
@@ -118,14 +212,16 @@ pub(crate) fn deadline_ticks(timeout: Duration, tick: Duration) -> u64 {
 /// Keeps the engine alive together with the ticker.
 pub(crate) struct EngineHandle {
     pub(crate) engine: Engine,
-    _ticker: Arc<EpochTicker>,
+    /// Shared with every loaded plugin: deadlines keep working after the
+    /// runtime itself is dropped.
+    pub(crate) ticker: Arc<EpochTicker>,
 }
 
 impl EngineHandle {
-    pub(crate) fn new(tick: Duration) -> Result<Self, Error> {
-        let engine = new_engine()?;
+    pub(crate) fn new(tick: Duration, max_concurrent_calls: u32) -> Result<Self, Error> {
+        let engine = new_engine(max_concurrent_calls)?;
         let ticker = EpochTicker::start(&engine, tick)?;
-        Ok(EngineHandle { engine, _ticker: Arc::new(ticker) })
+        Ok(EngineHandle { engine, ticker: Arc::new(ticker) })
     }
 }
 

@@ -16,7 +16,10 @@
 //!   a memory cap, bounded output/logs/stderr; `build` output goes through
 //!   [`output_check`] before anything can be applied.
 //! - [`PluginSet`]: the framework pipeline (phases in order, TrainJob and
-//!   info threaded through), validation and status.
+//!   info threaded through), validation and status; per plugin, the
+//!   configuration narrows the phases called and the kinds it may emit, and
+//!   its [`FailurePolicy`] decides whether a failure stops the pass.
+//! - [`CallObserver`]: told about every guest call (metrics).
 //! - [`builtin`]: plugins embedded in the binary at build time.
 //! - [`cli`]: `trainforge plugin inspect|run|bench`.
 //!
@@ -34,6 +37,7 @@ mod engine;
 mod error;
 pub mod output_check;
 pub mod sample;
+mod observe;
 mod registry;
 mod sandbox;
 
@@ -41,8 +45,9 @@ pub use cache::{CacheOutcome, sha256_hex};
 pub use call::{LoadedPlugin, PhaseInput, ValidateInput};
 pub use engine::{Limits, RuntimeConfig};
 pub use error::Error;
+pub use observe::{CallObserver, FailurePolicy};
 pub use registry::{
-    NoObjects, ObjectSource, PluginRuntime, PluginSet, PluginSource, ReconcileOutput,
-    StaticObjects, wit_compatible,
+    NoObjects, ObjectSource, PluginFieldError, PluginRuntime, PluginSet, PluginSource, ReconcileOutput,
+    StaticObjects, StatusOutput, ValidateOutput, wit_compatible,
 };
 pub use sandbox::Grants;

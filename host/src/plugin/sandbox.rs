@@ -78,7 +78,7 @@ impl CallState {
             b.wall_clock(FrozenClock);
             b.monotonic_clock(FrozenClock);
         }
-        let limiter = MemoryLimiter { cap: plugin.limits.memory_bytes, exceeded: false };
+        let limiter = MemoryLimiter { cap: plugin.limits.memory_bytes, exceeded: false, high_water: 0 };
         CallState {
             wasi: b.build(),
             table: ResourceTable::new(),
@@ -125,10 +125,12 @@ impl wasmtime_wasi::HostMonotonicClock for FrozenClock {
 }
 
 /// Caps linear memory and tables; remembers that the cap was hit so the
-/// resulting trap is reported as `MemoryLimit`.
+/// resulting trap is reported as `MemoryLimit`; records the largest
+/// linear memory granted (the call's memory high-water mark).
 pub(crate) struct MemoryLimiter {
     cap: usize,
     pub(crate) exceeded: bool,
+    pub(crate) high_water: usize,
 }
 
 impl ResourceLimiter for MemoryLimiter {
@@ -142,6 +144,7 @@ impl ResourceLimiter for MemoryLimiter {
             self.exceeded = true;
             return Err(wasmtime::Error::msg("memory limit exceeded"));
         }
+        self.high_water = self.high_water.max(desired);
         Ok(true)
     }
 

@@ -1,1 +1,45 @@
 //! Operations: metrics, health endpoints, leader election, shutdown.
+//!
+//! - [`metrics`]: the Prometheus registry ([`Metrics`]) the controllers and
+//!   the plugin runtime report into.
+//! - [`health`]: the axum server with `/healthz`, `/readyz` ([`Readiness`])
+//!   and `/metrics`.
+//! - [`leader`]: Lease-based leader election ([`LeaderElection`]).
+//! - [`shutdown`]: a cancellation token fired by SIGTERM / Ctrl-C.
+//!
+//! Typical wiring in `trainforge operator`:
+//!
+//! ```no_run
+//! # async fn wire(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use trainforge::controller::ops::{health, leader, shutdown, Metrics, Readiness};
+//!
+//! let stop = shutdown::on_signal()?;
+//! let metrics = Arc::new(Metrics::new());
+//! let readiness = Readiness::new();
+//! let plugins_ready = readiness.register("plugins");
+//! let addr = health::parse_bind_address(":8081")?.expect("enabled");
+//! tokio::spawn(health::serve(addr, metrics.clone(), readiness.clone(), stop.clone()));
+//! let election = leader::LeaderElection::start(
+//!     client,
+//!     leader::LeaderOptions::new("trainforge-system"),
+//!     tokio_util::sync::CancellationToken::new(), // released explicitly below
+//! )
+//! .await?;
+//! tokio::select! {
+//!     _ = stop.cancelled() => {}
+//!     _ = election.acquired() => { /* start controllers; stop them on `stop` or `election.lost()` */ }
+//! }
+//! plugins_ready.set(true);
+//! election.release().await?; // after the controllers drained
+//! # Ok(()) }
+//! ```
+
+pub mod health;
+pub mod leader;
+pub mod metrics;
+pub mod shutdown;
+
+pub use health::{Readiness, ReadyFlag};
+pub use leader::{LeaderElection, LeaderOptions};
+pub use metrics::Metrics;

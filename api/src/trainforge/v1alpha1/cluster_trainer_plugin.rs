@@ -1,0 +1,260 @@
+//! `ClusterTrainerPlugin`: one framework plugin the operator serves, where
+//! its component comes from (builtin, ConfigMap or URL, pinned by sha256),
+//! where it sits in the pipeline, how it may fail, its limits, grants and
+//! configuration.
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use super::cel;
+use super::status::ClusterTrainerPluginStatus;
+
+/// ClusterTrainerPluginSpec configures one framework plugin (a Wasm
+/// component targeting `trainforge:plugin`) served by the operator.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "trainforge.dev",
+    version = "v1alpha1",
+    kind = "ClusterTrainerPlugin",
+    plural = "clustertrainerplugins",
+    singular = "clustertrainerplugin",
+    shortname = "ctp",
+    status = "ClusterTrainerPluginStatus",
+    schema = "disabled",
+    derive = "PartialEq",
+    derive = "Default",
+    printcolumn = r#"{"name":"Ready","type":"string","description":"Whether a version of the plugin is serving.","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Degraded","type":"string","description":"Whether the latest spec could not be served.","jsonPath":".status.conditions[?(@.type==\"Degraded\")].status"}"#,
+    printcolumn = r#"{"name":"Order","type":"integer","jsonPath":".spec.order"}"#,
+    printcolumn = r#"{"name":"Digest","type":"string","description":"sha256 of the component in service.","jsonPath":".status.servingDigest","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [cel::SHA256_UNLESS_BUILTIN]))]
+pub struct ClusterTrainerPluginSpec {
+    /// Where the component comes from: exactly one of `builtin`,
+    /// `configMap` or `url`.
+    pub source: PluginSourceSpec,
+
+    /// sha256 of the component (64 lowercase hex characters). Required
+    /// unless the source is builtin; a component with another digest is
+    /// refused (`DigestMismatch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [cel::SHA256_HEX]))]
+    pub sha256: Option<String>,
+
+    /// Position in the pipeline: within each phase, plugins run by
+    /// ascending `order`, ties broken by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 0))]
+    pub order: Option<i32>,
+
+    /// Phases the operator calls, narrowing what the plugin implements
+    /// (all of them when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "set"))]
+    pub phases: Option<Vec<PluginPhase>>,
+
+    /// What happens to a reconcile when the plugin cannot answer (load
+    /// failure, timeout, trap, memory limit): `Fail` stops it, `Ignore`
+    /// skips the plugin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "Fail"))]
+    pub failure_policy: Option<FailurePolicy>,
+
+    /// Limits of every call (the operator's defaults when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<PluginLimits>,
+
+    /// Kinds the plugin may emit, narrowing what it declares in `describe`
+    /// (what it declares when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "atomic"))]
+    pub allowed_kinds: Option<Vec<KindReference>>,
+
+    /// Host capabilities granted to the plugin (only those it also declares
+    /// are given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grants: Option<PluginGrants>,
+
+    /// Free-form configuration passed to every call of the plugin as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
+    pub config: Option<Map<String, Value>>,
+}
+
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let schema = json!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    });
+    schemars::Schema::try_from(schema).unwrap_or_default()
+}
+
+/// Where a plugin component comes from.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [cel::ONE_SOURCE]))]
+pub struct PluginSourceSpec {
+    /// A plugin embedded in the operator binary, by name (`torch`, or its
+    /// crate name `plugin-torch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub builtin: Option<String>,
+
+    /// A ConfigMap holding the `.wasm` bytes under a `binaryData` key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapSource>,
+
+    /// An `https://` URL, or a `file://` path on the operator's file system.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048), extend("x-kubernetes-validations" = [cel::URL_SCHEME]))]
+    pub url: Option<String>,
+}
+
+/// A component stored in a ConfigMap's `binaryData`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapSource {
+    /// Namespace of the ConfigMap.
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+    /// Name of the ConfigMap.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key in `binaryData` holding the component bytes.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// A plugin phase (the WIT function name).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum PluginPhase {
+    /// `enforce-ml-policy`.
+    EnforceMlPolicy,
+    /// `enforce-pod-group-policy`.
+    EnforcePodGroupPolicy,
+    /// `enforce-pod-spec`.
+    EnforcePodSpec,
+    /// `pre-build`.
+    PreBuild,
+    /// `build`.
+    Build,
+    /// `validate`.
+    Validate,
+    /// `status`.
+    Status,
+}
+
+impl PluginPhase {
+    /// Every phase, in execution order.
+    pub const ALL: [PluginPhase; 7] = [
+        PluginPhase::EnforceMlPolicy,
+        PluginPhase::EnforcePodGroupPolicy,
+        PluginPhase::EnforcePodSpec,
+        PluginPhase::PreBuild,
+        PluginPhase::Build,
+        PluginPhase::Validate,
+        PluginPhase::Status,
+    ];
+
+    /// The WIT function name of the phase, e.g. `enforce-ml-policy`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginPhase::EnforceMlPolicy => "enforce-ml-policy",
+            PluginPhase::EnforcePodGroupPolicy => "enforce-pod-group-policy",
+            PluginPhase::EnforcePodSpec => "enforce-pod-spec",
+            PluginPhase::PreBuild => "pre-build",
+            PluginPhase::Build => "build",
+            PluginPhase::Validate => "validate",
+            PluginPhase::Status => "status",
+        }
+    }
+}
+
+// Unit enums get a plain `enum` schema: schemars would turn documented
+// variants into a `oneOf` the API server does not accept as structural.
+impl JsonSchema for PluginPhase {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PluginPhase".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let values: Vec<&str> = PluginPhase::ALL.iter().map(|p| p.as_str()).collect();
+        schemars::json_schema!({
+            "type": "string",
+            "description": "A plugin phase (the WIT function name).",
+            "enum": values,
+        })
+    }
+}
+
+/// What a reconcile does when the plugin cannot answer.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// The reconcile fails (and is retried).
+    #[default]
+    Fail,
+    /// The plugin is skipped for that reconcile.
+    Ignore,
+}
+
+impl JsonSchema for FailurePolicy {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "FailurePolicy".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "enum": ["Fail", "Ignore"],
+        })
+    }
+}
+
+/// Limits of one call.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginLimits {
+    /// Deadline of one call: integer milliseconds, or a duration string
+    /// (`500ms`, `2s`); 10ms to 30s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 32, "x-kubernetes-validations" = [cel::TIMEOUT_RANGE]))]
+    pub timeout: Option<IntOrString>,
+
+    /// Linear-memory cap of one instance: integer MiB, or a quantity
+    /// (`128Mi`); at most 1Gi.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 32, "x-kubernetes-validations" = [cel::MEMORY_RANGE]))]
+    pub memory: Option<IntOrString>,
+}
+
+/// The API version and kind of an object type.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KindReference {
+    /// `group/version`, or `v1` for the core group.
+    #[schemars(length(min = 1, max = 317))]
+    pub api_version: String,
+    /// Kind, e.g. `ConfigMap`.
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+}
+
+/// Host capabilities granted to a plugin.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginGrants {
+    /// Serve `host.random-bytes` (e.g. MPI's SSH keys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = false))]
+    pub random: Option<bool>,
+    /// Expose the real wall and monotonic clocks (frozen at zero otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = false))]
+    pub clock: Option<bool>,
+}

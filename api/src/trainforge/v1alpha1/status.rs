@@ -1,0 +1,128 @@
+//! `ClusterTrainerPlugin` status: one condition per stage of loading
+//! (`Fetched`, `Verified`, `Compiled`, `Ready`, `Degraded`), the digest in
+//! service, the last error and what the serving plugin described.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::cluster_trainer_plugin::{ClusterTrainerPluginSpec, KindReference};
+
+/// ClusterTrainerPluginStatus is the observed state of a plugin.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterTrainerPluginStatus {
+    /// Conditions, keyed by type: `Fetched`, `Verified`, `Compiled` (the
+    /// stages of the latest attempt), `Ready` (a version is serving) and
+    /// `Degraded` (the latest spec could not be served).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 16),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"])
+    )]
+    pub conditions: Option<Vec<Condition>>,
+
+    /// sha256 of the component in service (may be an older version than the
+    /// spec asks for while `Degraded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving_digest: Option<String>,
+
+    /// The `metadata.generation` whose spec is serving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving_generation: Option<i64>,
+
+    /// The spec that is serving, kept so that a restarted operator can bring
+    /// the last good version back while the current spec fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving_spec: Option<ClusterTrainerPluginSpec>,
+
+    /// The `metadata.generation` the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// The error of the latest failed attempt (cleared when the spec serves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+
+    /// What the serving plugin described about itself (`describe`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<DescribedPlugin>,
+}
+
+/// A plugin's own description, as served.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DescribedPlugin {
+    /// The plugin's name (unique in the set).
+    pub name: String,
+    /// The plugin's own version.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// The WIT version it was built against.
+    pub wit_version: String,
+    /// Phases it is called for (after `spec.phases` narrowing).
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub phases: Vec<String>,
+    /// Kinds it may emit (after `spec.allowedKinds` narrowing).
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub emits: Vec<KindReference>,
+    /// Kinds it reads through `host.get-object`.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    pub reads: Vec<KindReference>,
+}
+
+/// Condition types.
+pub mod condition {
+    /// The component bytes were obtained.
+    pub const FETCHED: &str = "Fetched";
+    /// The bytes match the pinned sha256.
+    pub const VERIFIED: &str = "Verified";
+    /// The component compiled (or came from the cache), links against the
+    /// host's interface and described itself.
+    pub const COMPILED: &str = "Compiled";
+    /// A version of the plugin is in the set in service.
+    pub const READY: &str = "Ready";
+    /// The latest spec could not be served (an older version may be).
+    pub const DEGRADED: &str = "Degraded";
+}
+
+/// Condition reasons written by the controller (besides the plugin
+/// runtime's own: `LoadFailed`, `DigestMismatch`, `IncompatibleInterface`).
+pub mod reason {
+    /// `Fetched=True`.
+    pub const FETCHED: &str = "Fetched";
+    /// `Fetched=False`: no builtin plugin has that name.
+    pub const UNKNOWN_BUILTIN: &str = "UnknownBuiltin";
+    /// `Fetched=False`: the ConfigMap, key or file does not exist.
+    pub const NOT_FOUND: &str = "NotFound";
+    /// `Fetched=False`: the component exceeds the size limit.
+    pub const TOO_LARGE: &str = "TooLarge";
+    /// `Fetched=False`: the API server, file system or network failed.
+    pub const FETCH_ERROR: &str = "FetchError";
+    /// `Verified=True`: the bytes match `spec.sha256`.
+    pub const DIGEST_MATCHED: &str = "DigestMatched";
+    /// `Verified=True`: a builtin with no pinned digest (trusted).
+    pub const BUILTIN: &str = "Builtin";
+    /// `Verified=False`: the bytes do not match `spec.sha256`.
+    pub const DIGEST_MISMATCH: &str = "DigestMismatch";
+    /// `Compiled=True`.
+    pub const COMPILED: &str = "Compiled";
+    /// `Compiled=False`: the spec cannot be turned into a plugin source
+    /// (e.g. a limit the API server's rules did not catch).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// `Compiled=False`: another plugin in service has the same name.
+    pub const DUPLICATE_NAME: &str = "DuplicateName";
+    /// `Compiled=False`: another plugin in service implements `status`.
+    pub const STATUS_CONFLICT: &str = "StatusConflict";
+    /// A stage not reached because an earlier one failed.
+    pub const NOT_REACHED: &str = "NotReached";
+    /// `Ready=True`: the spec's version is serving.
+    pub const SERVING: &str = "Serving";
+    /// `Ready=True` while `Degraded`: an older version is still serving.
+    pub const SERVING_LAST_KNOWN_GOOD: &str = "ServingLastKnownGood";
+    /// `Degraded=False`.
+    pub const AS_EXPECTED: &str = "AsExpected";
+}

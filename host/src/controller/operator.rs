@@ -1,0 +1,264 @@
+//! `trainforge operator`: wires the controllers, the plugin catalog, the
+//! watch cache, health/metrics endpoints and leader election together.
+//!
+//! Start-up: endpoints (so probes answer at once) → plugin runtime → Lease
+//! (standby replicas wait here) → plugin catalog synced from the
+//! `ClusterTrainerPlugin`s (or the builtin set) → watches of every kind the
+//! plugins declared → TrainJob controller. Shutdown (SIGTERM, Ctrl-C, or
+//! losing the Lease): controllers drain, then the Lease is released so a
+//! standby takes over at once.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+use trainforge_api::plugin::KindRef;
+
+use super::ops::health::{self, Readiness};
+use super::ops::leader::{LeaderElection, LeaderOptions};
+use super::ops::metrics::Metrics;
+use super::plugins::PluginCatalog;
+use super::trainjob::{self, Context, FixedPlugins, ObjectCache, Plugins, Settings};
+use crate::plugin::{self, PluginRuntime, PluginSet, RuntimeConfig};
+
+/// Flags of `trainforge operator`.
+#[derive(Debug, Clone, Args)]
+pub struct OperatorArgs {
+    /// Run only while holding the `trainforge-operator` Lease (for more than one replica).
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Namespace of the Lease (default: `$POD_NAMESPACE`, else `trainforge-system`).
+    #[arg(long)]
+    pub lease_namespace: Option<String>,
+    /// Where `/metrics` is served (`0` disables).
+    #[arg(long, default_value = ":8080")]
+    pub metrics_bind_address: String,
+    /// Where `/healthz` and `/readyz` are served (`0` disables).
+    #[arg(long, default_value = ":8081")]
+    pub health_probe_bind_address: String,
+    /// Directory for precompiled plugin artifacts (none: compile in memory).
+    #[arg(long)]
+    pub plugin_cache_dir: Option<PathBuf>,
+    /// Serve the builtin plugin set and ignore `ClusterTrainerPlugin`s.
+    #[arg(long)]
+    pub builtin_plugins: bool,
+    /// Reconcile every TrainJob at least this often (seconds).
+    #[arg(long, default_value_t = 600)]
+    pub resync_seconds: u64,
+    /// TrainJobs reconciled at once.
+    #[arg(long, default_value_t = 5)]
+    pub concurrency: u16,
+    /// Watch TrainJobs of this namespace only.
+    #[arg(long)]
+    pub namespace: Option<String>,
+}
+
+/// Why the operator stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    /// No API client.
+    #[error("connecting to the API server: {0}")]
+    Client(#[from] kube::Error),
+    /// An endpoint could not start.
+    #[error(transparent)]
+    Health(#[from] super::ops::health::Error),
+    /// Leader election failed.
+    #[error(transparent)]
+    Leader(#[from] super::ops::leader::Error),
+    /// Signal handlers could not be installed.
+    #[error(transparent)]
+    Shutdown(#[from] super::ops::shutdown::Error),
+    /// The plugin runtime or the builtin plugins failed.
+    #[error(transparent)]
+    Plugin(#[from] plugin::Error),
+    /// The plugin configuration controller stopped.
+    #[error("plugin configuration controller: {0}")]
+    Catalog(String),
+    /// The async runtime could not start.
+    #[error("starting the async runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+}
+
+/// Kinds watched whatever the plugins declare: the runtime snapshot
+/// ConfigMaps (the host writes them) and JobSets (deadline deletion).
+fn host_kinds() -> BTreeSet<KindRef> {
+    [KindRef::new("v1", "ConfigMap"), KindRef::new("jobset.x-k8s.io/v1alpha2", "JobSet")].into_iter().collect()
+}
+
+/// Blocking entry point for the CLI.
+pub fn main(args: OperatorArgs) -> Result<(), OperatorError> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let shutdown = super::ops::shutdown::on_signal()?;
+        let client = kube::Client::try_default().await?;
+        run(client, args, shutdown).await
+    })
+}
+
+/// Run the operator until `shutdown` is cancelled (or the Lease is lost).
+pub async fn run(client: kube::Client, args: OperatorArgs, shutdown: CancellationToken) -> Result<(), OperatorError> {
+    let metrics = Arc::new(Metrics::new());
+    let readiness = Readiness::new();
+    let ready_plugins = readiness.register("plugins");
+    let ready_caches = readiness.register("caches");
+    let router = health::router(metrics.clone(), readiness.clone());
+    let mut addrs = Vec::new();
+    for text in [&args.health_probe_bind_address, &args.metrics_bind_address] {
+        if let Some(addr) = health::parse_bind_address(text)? {
+            if !addrs.contains(&addr) {
+                addrs.push(addr);
+            }
+        }
+    }
+    for addr in addrs {
+        let server = health::Server::bind(addr, router.clone()).await?;
+        info!(addr = %server.local_addr(), "serving /healthz, /readyz, /metrics");
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            if let Err(e) = server.run(stop).await {
+                error!(error = %e, "health/metrics server stopped");
+            }
+        });
+    }
+
+    let runtime = Arc::new(PluginRuntime::new(RuntimeConfig { cache_dir: args.plugin_cache_dir.clone(), ..RuntimeConfig::default() })?);
+    runtime.set_observer(metrics.clone());
+
+    let leader = if args.leader_elect {
+        let ns = args
+            .lease_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "trainforge-system".into());
+        LeaderElection::start(client.clone(), LeaderOptions::new(ns), shutdown.clone()).await?
+    } else {
+        LeaderElection::disabled()
+    };
+    info!(identity = %leader.identity(), "waiting for leadership");
+    tokio::select! {
+        _ = shutdown.cancelled() => return Ok(()),
+        acquired = leader.acquired() => if !acquired { return Ok(()) },
+    }
+    info!("leading");
+    // Stop the controllers when the process stops or the Lease is lost.
+    let stop = shutdown.child_token();
+
+    let (trigger_tx, trigger_rx) = tokio::sync::mpsc::unbounded_channel();
+    let objects = Arc::new(ObjectCache::new(client.clone(), trigger_tx));
+    let (plugins, generations, catalog_task): (Arc<dyn Plugins>, _, _) = if args.builtin_plugins {
+        let set = builtin_set(&runtime, objects.clone())?;
+        (Arc::new(FixedPlugins(Arc::new(set))), None, None)
+    } else {
+        let catalog = Arc::new(PluginCatalog::new(runtime.clone(), objects.clone()));
+        let task = tokio::spawn(super::plugins::run(client.clone(), catalog.clone(), stop.clone()));
+        let mut generations = catalog.subscribe();
+        while !catalog.is_synced() {
+            tokio::select! {
+                _ = stop.cancelled() => return Ok(()),
+                _ = generations.changed() => {},
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {},
+            }
+        }
+        (catalog.clone() as Arc<dyn Plugins>, Some((catalog, generations)), Some(task))
+    };
+    ready_plugins.set(true);
+
+    // Watches follow the plugin set.
+    let kinds_of = {
+        let plugins = plugins.clone();
+        move || {
+            let mut k = host_kinds();
+            for p in plugins.current().plugins() {
+                k.extend(p.descriptor().emits.iter().cloned());
+                k.extend(p.descriptor().reads.iter().cloned());
+            }
+            k
+        }
+    };
+    let missing = objects.ensure(&kinds_of()).await;
+    ready_caches.set(true);
+    {
+        let objects = objects.clone();
+        let stop = stop.clone();
+        let mut generations = generations.map(|(_, g)| g);
+        let mut retry = !missing.is_empty();
+        tokio::spawn(async move {
+            loop {
+                let changed = async {
+                    match generations.as_mut() {
+                        Some(g) => g.changed().await.is_ok(),
+                        None => futures::future::pending::<bool>().await,
+                    }
+                };
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    ok = changed => if !ok { return },
+                    _ = tokio::time::sleep(trainjob::objects::RETRY_DISCOVERY), if retry => {},
+                }
+                retry = !objects.ensure(&kinds_of()).await.is_empty();
+            }
+        });
+    }
+
+    let settings = Settings {
+        resync: Duration::from_secs(args.resync_seconds.max(1)),
+        concurrency: args.concurrency.max(1),
+        namespace: args.namespace.clone(),
+    };
+    let ctx = Arc::new(Context::new(client.clone(), plugins, objects, metrics, Some(leader.identity().to_owned()), settings));
+    let lost = {
+        let stop = stop.clone();
+        let mut leading = leader.subscribe();
+        tokio::spawn(async move {
+            while *leading.borrow() {
+                if leading.changed().await.is_err() {
+                    break;
+                }
+            }
+            if !stop.is_cancelled() {
+                warn!("lost the Lease: stopping controllers");
+                stop.cancel();
+            }
+        })
+    };
+    trainjob::run(ctx, trigger_rx, stop.clone()).await;
+    stop.cancel();
+    lost.abort();
+    if let Some(task) = catalog_task {
+        match task.await {
+            Ok(Err(e)) => warn!(error = %e, "plugin configuration controller ended with an error"),
+            Err(e) => warn!(error = %e, "plugin configuration controller task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
+    if let Err(e) = leader.release().await {
+        warn!(error = %e, "releasing the Lease failed");
+    }
+    info!("operator stopped");
+    Ok(())
+}
+
+/// The builtin plugins, trusted with the capabilities they declare, reading
+/// cluster objects from the watch cache.
+fn builtin_set(runtime: &PluginRuntime, objects: Arc<ObjectCache>) -> Result<PluginSet, plugin::Error> {
+    let mut loaded = Vec::new();
+    for b in plugin::builtin::all() {
+        let probe = runtime.load(b.source())?;
+        let (grants, _) = plugin::Grants::from_names(probe.descriptor().capabilities.iter().map(String::as_str));
+        let mut src = b.source();
+        src.grants = grants;
+        src.objects = objects.clone();
+        loaded.push(runtime.load(src)?);
+    }
+    PluginSet::new(loaded)
+}
+
+impl Plugins for PluginCatalog {
+    fn current(&self) -> Arc<PluginSet> {
+        PluginCatalog::current(self)
+    }
+}

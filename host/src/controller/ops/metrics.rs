@@ -1,0 +1,564 @@
+//! The operator's Prometheus metrics (`prometheus-client`, OpenMetrics text).
+//!
+//! One [`Metrics`] per process, shared as `Arc<Metrics>` by the controllers,
+//! the plugin runtime (through [`crate::plugin::CallObserver`]) and the
+//! `/metrics` endpoint ([`super::health`]). Families (counters are encoded
+//! with their `_total` suffix):
+//!
+//! | family | labels | what |
+//! |---|---|---|
+//! | `trainforge_reconcile_total` | `controller` | finished reconciles |
+//! | `trainforge_reconcile_errors_total` | `controller`, `reason` | failed reconciles |
+//! | `trainforge_reconcile_duration_seconds` | `controller` | reconcile latency (histogram) |
+//! | `trainforge_apply_errors_total` | `kind` | server-side-apply errors |
+//! | `trainforge_api_writes_total` | `verb`, `kind` | every write the operator makes |
+//! | `trainforge_noop_resyncs_total` | – | reconciles that wrote nothing |
+//! | `trainforge_trainjob_create_to_jobset_ready_seconds` | – | TrainJob creation → JobSet ready (histogram) |
+//! | `trainforge_plugin_calls_total` | `plugin`, `phase` | plugin calls |
+//! | `trainforge_plugin_call_duration_seconds` | `plugin`, `phase` | plugin call latency, 1 µs – 4 s buckets |
+//! | `trainforge_plugin_failures_total` | `plugin`, `phase`, `reason` | failed plugin calls |
+//! | `trainforge_plugin_memory_high_water_bytes` | `plugin` | largest guest memory seen (gauge) |
+//!
+//! The getters (`reconciles`, `api_writes_total`, ...) read current values so
+//! that tests can assert, e.g., that a no-op resync wrote nothing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Content type of [`Metrics::encode`]'s output.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Labels `{controller}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+/// Labels `{controller, reason}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerReasonLabels {
+    controller: String,
+    reason: String,
+}
+
+/// Labels `{kind}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+/// Labels `{verb, kind}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteLabels {
+    verb: String,
+    kind: String,
+}
+
+/// Labels `{plugin, phase}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginPhaseLabels {
+    plugin: String,
+    phase: String,
+}
+
+/// Labels `{plugin, phase, reason}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginFailureLabels {
+    plugin: String,
+    phase: String,
+    reason: String,
+}
+
+/// Labels `{plugin}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLabels {
+    plugin: String,
+}
+
+type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
+
+/// Reconcile latency buckets: 1 ms … ~16 s.
+fn reconcile_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+/// Plugin call latency buckets: 1 µs … ~4.2 s (×4).
+fn plugin_call_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-6, 4.0, 12))
+}
+
+/// The operator's metrics registry and typed families.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<ControllerLabels, Counter>,
+    reconcile_errors: Family<ControllerReasonLabels, Counter>,
+    reconcile_duration: HistogramFamily<ControllerLabels>,
+    apply_errors: Family<KindLabels, Counter>,
+    api_writes: Family<WriteLabels, Counter>,
+    /// Sum over all `api_writes` label sets (a family cannot be summed).
+    api_writes_sum: AtomicU64,
+    noop_resyncs: Counter,
+    jobset_ready: Histogram,
+    /// Observations of `jobset_ready` (the histogram has no public count).
+    jobset_ready_count: AtomicU64,
+    plugin_calls: Family<PluginPhaseLabels, Counter>,
+    plugin_call_duration: HistogramFamily<PluginPhaseLabels>,
+    plugin_failures: Family<PluginFailureLabels, Counter>,
+    plugin_memory: Family<PluginLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every family registered (and no samples yet).
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let reconciles = Family::<ControllerLabels, Counter>::default();
+        registry.register(
+            "trainforge_reconcile",
+            "Reconciles finished, by controller",
+            reconciles.clone(),
+        );
+        let reconcile_errors = Family::<ControllerReasonLabels, Counter>::default();
+        registry.register(
+            "trainforge_reconcile_errors",
+            "Reconciles that failed, by controller and reason",
+            reconcile_errors.clone(),
+        );
+        let reconcile_duration: HistogramFamily<ControllerLabels> =
+            Family::new_with_constructor(reconcile_histogram);
+        registry.register(
+            "trainforge_reconcile_duration_seconds",
+            "Reconcile latency in seconds, by controller",
+            reconcile_duration.clone(),
+        );
+        let apply_errors = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "trainforge_apply_errors",
+            "Server-side-apply errors, by object kind",
+            apply_errors.clone(),
+        );
+        let api_writes = Family::<WriteLabels, Counter>::default();
+        registry.register(
+            "trainforge_api_writes",
+            "Writes the operator made to the API server, by verb and kind",
+            api_writes.clone(),
+        );
+        let noop_resyncs = Counter::default();
+        registry.register(
+            "trainforge_noop_resyncs",
+            "Reconciles that found nothing to change and wrote nothing",
+            noop_resyncs.clone(),
+        );
+        let jobset_ready = Histogram::new(exponential_buckets(0.05, 2.0, 14));
+        registry.register(
+            "trainforge_trainjob_create_to_jobset_ready_seconds",
+            "Seconds from TrainJob creation to its JobSet being ready",
+            jobset_ready.clone(),
+        );
+        let plugin_calls = Family::<PluginPhaseLabels, Counter>::default();
+        registry.register(
+            "trainforge_plugin_calls",
+            "Plugin calls, by plugin and phase",
+            plugin_calls.clone(),
+        );
+        let plugin_call_duration: HistogramFamily<PluginPhaseLabels> =
+            Family::new_with_constructor(plugin_call_histogram);
+        registry.register(
+            "trainforge_plugin_call_duration_seconds",
+            "Plugin call latency in seconds, by plugin and phase",
+            plugin_call_duration.clone(),
+        );
+        let plugin_failures = Family::<PluginFailureLabels, Counter>::default();
+        registry.register(
+            "trainforge_plugin_failures",
+            "Failed plugin calls, by plugin, phase and reason",
+            plugin_failures.clone(),
+        );
+        let plugin_memory = Family::<PluginLabels, Gauge>::default();
+        registry.register(
+            "trainforge_plugin_memory_high_water_bytes",
+            "Largest guest linear memory seen in one call, by plugin",
+            plugin_memory.clone(),
+        );
+        Self {
+            registry,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            apply_errors,
+            api_writes,
+            api_writes_sum: AtomicU64::new(0),
+            noop_resyncs,
+            jobset_ready,
+            jobset_ready_count: AtomicU64::new(0),
+            plugin_calls,
+            plugin_call_duration,
+            plugin_failures,
+            plugin_memory,
+        }
+    }
+
+    /// Record one finished reconcile of `controller`: count it, observe its
+    /// latency, and on `Err(reason)` count the error under `reason`.
+    pub fn reconcile_done(&self, controller: &str, elapsed: Duration, outcome: Result<(), &str>) {
+        let labels = ControllerLabels {
+            controller: controller.to_owned(),
+        };
+        self.reconciles.get_or_create(&labels).inc();
+        self.reconcile_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        if let Err(reason) = outcome {
+            self.reconcile_errors
+                .get_or_create(&ControllerReasonLabels {
+                    controller: controller.to_owned(),
+                    reason: reason.to_owned(),
+                })
+                .inc();
+        }
+    }
+
+    /// Count one write (`verb` e.g. `apply`, `create`, `delete`, `patch-status`)
+    /// of an object of `kind` to the API server.
+    pub fn api_write(&self, verb: &str, kind: &str) {
+        self.api_writes
+            .get_or_create(&WriteLabels {
+                verb: verb.to_owned(),
+                kind: kind.to_owned(),
+            })
+            .inc();
+        self.api_writes_sum.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Count one server-side-apply error for an object of `kind`.
+    pub fn apply_error(&self, kind: &str) {
+        self.apply_errors
+            .get_or_create(&KindLabels {
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Count one reconcile that found nothing to change and wrote nothing.
+    pub fn noop_resync(&self) {
+        self.noop_resyncs.inc();
+    }
+
+    /// Observe the time from a TrainJob's creation to its JobSet being ready.
+    pub fn jobset_ready(&self, elapsed: Duration) {
+        self.jobset_ready.observe(elapsed.as_secs_f64());
+        self.jobset_ready_count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Record one plugin call (what [`crate::plugin::CallObserver::on_call`]
+    /// reports): count and time it, count a failure under its reason, and
+    /// raise the plugin's memory high-water mark if `memory_high_water_bytes`
+    /// exceeds it.
+    pub fn plugin_call(
+        &self,
+        plugin: &str,
+        phase: &str,
+        elapsed: Duration,
+        failure: Option<&str>,
+        memory_high_water_bytes: usize,
+    ) {
+        let labels = PluginPhaseLabels {
+            plugin: plugin.to_owned(),
+            phase: phase.to_owned(),
+        };
+        self.plugin_calls.get_or_create(&labels).inc();
+        self.plugin_call_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        if let Some(reason) = failure {
+            self.plugin_failures
+                .get_or_create(&PluginFailureLabels {
+                    plugin: plugin.to_owned(),
+                    phase: phase.to_owned(),
+                    reason: reason.to_owned(),
+                })
+                .inc();
+        }
+        let bytes = i64::try_from(memory_high_water_bytes).unwrap_or(i64::MAX);
+        self.plugin_memory
+            .get_or_create(&PluginLabels {
+                plugin: plugin.to_owned(),
+            })
+            .inner()
+            .fetch_max(bytes, Ordering::Relaxed);
+    }
+
+    /// The registry as OpenMetrics text (content type
+    /// [`OPENMETRICS_CONTENT_TYPE`]).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            // Writing to a String cannot fail; an encoder bug can. Serve what we have.
+            tracing::error!(error = %e, "encoding metrics failed");
+        }
+        out
+    }
+
+    /// Reconciles of `controller` counted so far.
+    pub fn reconciles(&self, controller: &str) -> u64 {
+        self.reconciles
+            .get(&ControllerLabels {
+                controller: controller.to_owned(),
+            })
+            .map_or(0, |c| c.get())
+    }
+
+    /// Failed reconciles of `controller` with `reason`.
+    pub fn reconcile_errors(&self, controller: &str, reason: &str) -> u64 {
+        self.reconcile_errors
+            .get(&ControllerReasonLabels {
+                controller: controller.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .map_or(0, |c| c.get())
+    }
+
+    /// Writes counted for (`verb`, `kind`).
+    pub fn api_writes(&self, verb: &str, kind: &str) -> u64 {
+        self.api_writes
+            .get(&WriteLabels {
+                verb: verb.to_owned(),
+                kind: kind.to_owned(),
+            })
+            .map_or(0, |c| c.get())
+    }
+
+    /// All writes counted, over every verb and kind.
+    pub fn api_writes_total(&self) -> u64 {
+        self.api_writes_sum.load(Ordering::Relaxed)
+    }
+
+    /// Server-side-apply errors counted for `kind`.
+    pub fn apply_errors(&self, kind: &str) -> u64 {
+        self.apply_errors
+            .get(&KindLabels {
+                kind: kind.to_owned(),
+            })
+            .map_or(0, |c| c.get())
+    }
+
+    /// No-op resyncs counted so far.
+    pub fn noop_resyncs(&self) -> u64 {
+        self.noop_resyncs.get()
+    }
+
+    /// Observations of the TrainJob-create → JobSet-ready histogram.
+    pub fn jobset_ready_count(&self) -> u64 {
+        self.jobset_ready_count.load(Ordering::Relaxed)
+    }
+
+    /// Calls of `plugin` in `phase` counted so far.
+    pub fn plugin_calls(&self, plugin: &str, phase: &str) -> u64 {
+        self.plugin_calls
+            .get(&PluginPhaseLabels {
+                plugin: plugin.to_owned(),
+                phase: phase.to_owned(),
+            })
+            .map_or(0, |c| c.get())
+    }
+
+    /// Failures of `plugin` in `phase` with `reason`.
+    pub fn plugin_failures(&self, plugin: &str, phase: &str, reason: &str) -> u64 {
+        self.plugin_failures
+            .get(&PluginFailureLabels {
+                plugin: plugin.to_owned(),
+                phase: phase.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .map_or(0, |c| c.get())
+    }
+
+    /// Memory high-water mark of `plugin` in bytes (0 if never called).
+    pub fn plugin_memory_high_water(&self, plugin: &str) -> u64 {
+        self.plugin_memory
+            .get(&PluginLabels {
+                plugin: plugin.to_owned(),
+            })
+            .map_or(0, |g| u64::try_from(g.get()).unwrap_or(0))
+    }
+}
+
+/// Plugin calls feed the per-plugin, per-phase families.
+impl crate::plugin::CallObserver for Metrics {
+    fn on_call(
+        &self,
+        plugin: &str,
+        phase: &str,
+        elapsed: Duration,
+        failure: Option<&'static str>,
+        memory_high_water_bytes: usize,
+    ) {
+        self.plugin_call(plugin, phase, elapsed, failure, memory_high_water_bytes);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_lists_every_family() {
+        let m = Metrics::new();
+        // prometheus-client leaves out families without samples: one each.
+        m.reconcile_done("trainjob", Duration::from_millis(1), Err("x"));
+        m.apply_error("JobSet");
+        m.api_write("apply", "JobSet");
+        m.plugin_call("torch", "build", Duration::from_micros(1), Some("trap"), 1);
+        let text = m.encode();
+        for family in [
+            "trainforge_reconcile_total",
+            "trainforge_reconcile_errors_total",
+            "trainforge_reconcile_duration_seconds",
+            "trainforge_apply_errors_total",
+            "trainforge_api_writes_total",
+            "trainforge_noop_resyncs_total",
+            "trainforge_trainjob_create_to_jobset_ready_seconds",
+            "trainforge_plugin_calls_total",
+            "trainforge_plugin_call_duration_seconds",
+            "trainforge_plugin_failures_total",
+            "trainforge_plugin_memory_high_water_bytes",
+        ] {
+            // counters are declared without `_total` in `# TYPE` lines
+            let declared = family.trim_end_matches("_total");
+            assert!(
+                text.contains(&format!("# TYPE {declared} ")),
+                "{declared} missing in:\n{text}"
+            );
+        }
+        assert!(text.ends_with("# EOF\n"), "not OpenMetrics:\n{text}");
+    }
+
+    #[test]
+    fn reconcile_counters_move_and_are_encoded() {
+        let m = Metrics::new();
+        m.reconcile_done("trainjob", Duration::from_millis(3), Ok(()));
+        m.reconcile_done("trainjob", Duration::from_millis(5), Err("ApplyFailed"));
+        m.reconcile_done("plugins", Duration::from_millis(1), Ok(()));
+        assert_eq!(m.reconciles("trainjob"), 2);
+        assert_eq!(m.reconciles("plugins"), 1);
+        assert_eq!(m.reconcile_errors("trainjob", "ApplyFailed"), 1);
+        assert_eq!(m.reconcile_errors("plugins", "ApplyFailed"), 0);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"trainforge_reconcile_total{controller="trainjob"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"trainforge_reconcile_errors_total{controller="trainjob",reason="ApplyFailed"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"trainforge_reconcile_duration_seconds_count{controller="trainjob"} 2"#
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn writes_and_noop_resyncs_are_counted() {
+        let m = Metrics::new();
+        assert_eq!(m.api_writes_total(), 0);
+        m.api_write("apply", "JobSet");
+        m.api_write("apply", "JobSet");
+        m.api_write("patch-status", "TrainJob");
+        m.apply_error("JobSet");
+        m.noop_resync();
+        assert_eq!(m.api_writes("apply", "JobSet"), 2);
+        assert_eq!(m.api_writes("patch-status", "TrainJob"), 1);
+        assert_eq!(m.api_writes("apply", "Secret"), 0);
+        assert_eq!(m.api_writes_total(), 3);
+        assert_eq!(m.apply_errors("JobSet"), 1);
+        assert_eq!(m.noop_resyncs(), 1);
+        m.jobset_ready(Duration::from_millis(800));
+        assert_eq!(m.jobset_ready_count(), 1);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"trainforge_api_writes_total{verb="apply",kind="JobSet"} 2"#),
+            "{text}"
+        );
+        assert!(text.contains("trainforge_noop_resyncs_total 1"), "{text}");
+        assert!(
+            text.contains("trainforge_trainjob_create_to_jobset_ready_seconds_count 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn plugin_calls_failures_latency_and_memory_high_water() {
+        use crate::plugin::CallObserver;
+        let m = Metrics::new();
+        let observer: &dyn CallObserver = &m;
+        observer.on_call(
+            "mpi",
+            "build",
+            Duration::from_micros(5),
+            Some("Timeout"),
+            4096,
+        );
+        assert_eq!(m.plugin_calls("mpi", "build"), 1);
+        assert_eq!(m.plugin_failures("mpi", "build", "Timeout"), 1);
+        assert_eq!(m.plugin_memory_high_water("mpi"), 4096);
+        m.plugin_call(
+            "torch",
+            "enforce-ml-policy",
+            Duration::from_micros(40),
+            None,
+            2 << 20,
+        );
+        m.plugin_call(
+            "torch",
+            "enforce-ml-policy",
+            Duration::from_micros(60),
+            Some("timeout"),
+            1 << 20,
+        );
+        m.plugin_call("torch", "build", Duration::from_micros(10), None, 3 << 20);
+        assert_eq!(m.plugin_calls("torch", "enforce-ml-policy"), 2);
+        assert_eq!(m.plugin_calls("torch", "build"), 1);
+        assert_eq!(
+            m.plugin_failures("torch", "enforce-ml-policy", "timeout"),
+            1
+        );
+        assert_eq!(m.plugin_failures("torch", "build", "timeout"), 0);
+        // the gauge keeps the maximum, never goes down
+        assert_eq!(m.plugin_memory_high_water("torch"), 3 << 20);
+        assert_eq!(m.plugin_memory_high_water("jax"), 0);
+        let text = m.encode();
+        // 40 µs and 60 µs both land in the 64 µs bucket, not in the 16 µs one
+        assert!(
+            text.contains(
+                r#"trainforge_plugin_call_duration_seconds_bucket{le="0.000064",plugin="torch",phase="enforce-ml-policy"} 2"#
+            ) && text.contains(
+                r#"trainforge_plugin_call_duration_seconds_bucket{le="0.000016",plugin="torch",phase="enforce-ml-policy"} 0"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"trainforge_plugin_memory_high_water_bytes{plugin="torch"} 3145728"#),
+            "{text}"
+        );
+    }
+}

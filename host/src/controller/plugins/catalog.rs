@@ -1,0 +1,405 @@
+//! [`PluginCatalog`]: the plugin set in service and the per-CR state behind
+//! it (the latest attempt and the version serving).
+//!
+//! The set is an `ArcSwap<PluginSet>`: readers take an `Arc` snapshot and
+//! keep it for their whole reconcile; a swap publishes a complete new set in
+//! one store, so nobody ever sees a half-loaded set. Every swap bumps a
+//! generation number on a `watch` channel.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::ArcSwap;
+use tokio::sync::watch;
+use trainforge_api::plugin::{KindRef, Phase};
+use trainforge_api::trainforge::v1alpha1::{ClusterTrainerPluginSpec, DescribedPlugin, reason};
+
+use super::spec::kind_reference;
+use crate::plugin::{LoadedPlugin, ObjectSource, PluginRuntime, PluginSet};
+
+/// Outcome of one stage (`Fetched`, `Verified`, `Compiled`) of an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Stage {
+    /// `True`, `False` or `Unknown`.
+    pub(crate) status: &'static str,
+    /// Condition reason.
+    pub(crate) reason: String,
+    /// Condition message.
+    pub(crate) message: String,
+}
+
+impl Stage {
+    pub(crate) fn ok(reason: &str, message: impl Into<String>) -> Self {
+        Stage { status: "True", reason: reason.to_owned(), message: message.into() }
+    }
+
+    pub(crate) fn failed(reason: &str, message: impl Into<String>) -> Self {
+        Stage { status: "False", reason: reason.to_owned(), message: message.into() }
+    }
+
+    pub(crate) fn not_reached() -> Self {
+        Stage {
+            status: "Unknown",
+            reason: reason::NOT_REACHED.to_owned(),
+            message: "an earlier stage failed".to_owned(),
+        }
+    }
+}
+
+/// The latest attempt to serve a CR's spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Attempt {
+    /// `metadata.generation` attempted.
+    pub(crate) generation: i64,
+    /// Fetched, Verified, Compiled.
+    pub(crate) stages: [Stage; 3],
+    /// `(reason, message)` when the attempt failed.
+    pub(crate) failure: Option<(String, String)>,
+}
+
+impl Attempt {
+    /// A failed attempt: the stages in `done` passed, the next one failed
+    /// with `reason`, later ones were not reached.
+    pub(crate) fn failed(generation: i64, mut done: Vec<Stage>, reason: &str, message: String) -> Self {
+        done.push(Stage::failed(reason, message.clone()));
+        Attempt { generation, stages: stages(done), failure: Some((reason.to_owned(), message)) }
+    }
+
+    /// A successful attempt with the three stages in `done`.
+    pub(crate) fn succeeded(generation: i64, done: Vec<Stage>) -> Self {
+        Attempt { generation, stages: stages(done), failure: None }
+    }
+}
+
+/// The first three of `done`, padded with not-reached stages.
+fn stages(done: Vec<Stage>) -> [Stage; 3] {
+    let mut it = done.into_iter();
+    let mut next = || it.next().unwrap_or_else(Stage::not_reached);
+    [next(), next(), next()]
+}
+
+/// A version of a plugin that is (or is about to be) in service.
+#[derive(Debug, Clone)]
+pub(crate) struct Serving {
+    pub(crate) plugin: LoadedPlugin,
+    /// The spec it was loaded from.
+    pub(crate) spec: ClusterTrainerPluginSpec,
+    pub(crate) generation: i64,
+    pub(crate) order: i32,
+    pub(crate) described: DescribedPlugin,
+    /// Emitted (after narrowing) and read kinds.
+    pub(crate) kinds: BTreeSet<KindRef>,
+    /// Whether `status` is among the phases called.
+    pub(crate) status_phase: bool,
+}
+
+impl Serving {
+    /// Describe `plugin` as served with `phases` / `allowed_emits` narrowing.
+    pub(crate) fn new(
+        plugin: LoadedPlugin,
+        spec: ClusterTrainerPluginSpec,
+        generation: i64,
+        order: i32,
+        phases: Option<&[Phase]>,
+        allowed_emits: Option<&[KindRef]>,
+    ) -> Self {
+        let d = plugin.descriptor();
+        let called: Vec<Phase> =
+            d.known_phases().into_iter().filter(|p| phases.is_none_or(|only| only.contains(p))).collect();
+        let emits: Vec<KindRef> =
+            d.emits.iter().filter(|k| allowed_emits.is_none_or(|a| a.contains(k))).cloned().collect();
+        let kinds = emits.iter().chain(d.reads.iter()).cloned().collect();
+        let described = DescribedPlugin {
+            name: d.name.clone(),
+            version: d.version.clone(),
+            wit_version: d.wit_version.clone(),
+            phases: called.iter().map(|p| p.as_str().to_owned()).collect(),
+            emits: emits.iter().map(kind_reference).collect(),
+            reads: d.reads.iter().map(kind_reference).collect(),
+        };
+        Serving { status_phase: called.contains(&Phase::Status), plugin, spec, generation, order, described, kinds }
+    }
+
+    pub(crate) fn digest(&self) -> &str {
+        self.plugin.sha256()
+    }
+}
+
+/// What the catalog knows about one `ClusterTrainerPlugin`.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub(crate) uid: String,
+    pub(crate) attempt: Option<Attempt>,
+    pub(crate) serving: Option<Serving>,
+}
+
+#[derive(Default)]
+struct State {
+    /// By CR name.
+    entries: BTreeMap<String, Entry>,
+    /// UIDs of the CRs in the initial list, until each has been attempted.
+    initial: Option<BTreeSet<String>>,
+    kinds: BTreeSet<KindRef>,
+}
+
+/// The plugin set in service, built from every `Ready` `ClusterTrainerPlugin`
+/// sorted by `(spec.order, metadata.name)`.
+pub struct PluginCatalog {
+    runtime: Arc<PluginRuntime>,
+    objects: Arc<dyn ObjectSource>,
+    set: ArcSwap<PluginSet>,
+    generation: watch::Sender<u64>,
+    state: Mutex<State>,
+    synced: AtomicBool,
+    status_writes: AtomicU64,
+    loads: AtomicU64,
+}
+
+impl std::fmt::Debug for PluginCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginCatalog")
+            .field("generation", &*self.generation.borrow())
+            .field("plugins", &self.set.load().plugins().len())
+            .field("synced", &self.is_synced())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PluginCatalog {
+    /// An empty catalog; `objects` serves `host.get-object` for every plugin
+    /// it loads.
+    pub fn new(runtime: Arc<PluginRuntime>, objects: Arc<dyn ObjectSource>) -> Self {
+        let (generation, _) = watch::channel(0);
+        PluginCatalog {
+            runtime,
+            objects,
+            set: ArcSwap::from_pointee(PluginSet::default()),
+            generation,
+            state: Mutex::new(State::default()),
+            synced: AtomicBool::new(false),
+            status_writes: AtomicU64::new(0),
+            loads: AtomicU64::new(0),
+        }
+    }
+
+    /// The set in service (a snapshot: later swaps do not change it).
+    pub fn current(&self) -> Arc<PluginSet> {
+        self.set.load_full()
+    }
+
+    /// The swap generation; bumps on every swap.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    /// The kinds the set in service emits or reads (what the TrainJob
+    /// controller should watch).
+    pub fn kinds(&self) -> BTreeSet<KindRef> {
+        self.lock().kinds.clone()
+    }
+
+    /// Whether every `ClusterTrainerPlugin` of the initial list has been
+    /// attempted (loaded or refused).
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// The plugin runtime.
+    pub fn runtime(&self) -> &Arc<PluginRuntime> {
+        &self.runtime
+    }
+
+    /// The object source given to every plugin.
+    pub fn objects(&self) -> &Arc<dyn ObjectSource> {
+        &self.objects
+    }
+
+    /// The digest serving for the `ClusterTrainerPlugin` called `name`.
+    pub fn serving_digest(&self, name: &str) -> Option<String> {
+        self.lock().entries.get(name).and_then(|e| e.serving.as_ref()).map(|s| s.digest().to_owned())
+    }
+
+    /// Status writes made so far (a resync that changes nothing makes none).
+    pub fn status_writes(&self) -> u64 {
+        self.status_writes.load(Ordering::Relaxed)
+    }
+
+    /// Components fetched and loaded so far (skipped reconciles load none).
+    pub fn loads(&self) -> u64 {
+        self.loads.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_status_write(&self) {
+        self.status_writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_load(&self) {
+        self.loads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the state half-updated
+        // in a way later readers care about: every update is a single insert
+        // or remove followed by a rebuild.
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The entry of `name` if it belongs to the object with `uid`; an entry
+    /// of an earlier object with the same name is dropped (and the set
+    /// rebuilt without it).
+    pub(crate) fn entry(&self, name: &str, uid: &str) -> Option<Entry> {
+        let mut state = self.lock();
+        match state.entries.get(name) {
+            Some(e) if e.uid == uid => Some(e.clone()),
+            Some(_) => {
+                state.entries.remove(name);
+                self.publish(&mut state);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Record an attempt for CR `name`. With `candidate`, try to put it in
+    /// service: if it clashes with the rest of the set (duplicate plugin
+    /// name, second status plugin, anything [`PluginSet::new`] refuses) the
+    /// attempt becomes a `Compiled=False` failure and the previous version
+    /// keeps serving. Returns the entry as recorded.
+    pub(crate) fn commit(&self, name: &str, uid: &str, attempt: Attempt, candidate: Option<Serving>) -> Entry {
+        self.commit_with(name, uid, attempt, candidate, false)
+    }
+
+    /// Record a failed `attempt` together with `restored`, the last good
+    /// version brought back from the CR's status (after a restart); if it
+    /// no longer fits the set it is dropped and the attempt stands.
+    pub(crate) fn commit_restored(&self, name: &str, uid: &str, attempt: Attempt, restored: Serving) -> Entry {
+        self.commit_with(name, uid, attempt, Some(restored), true)
+    }
+
+    fn commit_with(&self, name: &str, uid: &str, mut attempt: Attempt, candidate: Option<Serving>, restored: bool) -> Entry {
+        let mut state = self.lock();
+        let previous = state.entries.get(name).filter(|e| e.uid == uid).and_then(|e| e.serving.clone());
+        let mut serving = previous;
+        if let Some(c) = candidate {
+            match clash(&state, name, &c) {
+                Ok(()) => serving = Some(c),
+                Err((r, m)) if restored => {
+                    tracing::warn!(reason = %r, message = %m, "last good version not restored");
+                }
+                Err((r, m)) => {
+                    let done = vec![attempt.stages[0].clone(), attempt.stages[1].clone()];
+                    attempt = Attempt::failed(attempt.generation, done, &r, m);
+                }
+            }
+        }
+        let key = |s: &Serving| (s.digest().to_owned(), s.generation, s.order);
+        let old = state.entries.get(name).and_then(|e| e.serving.as_ref()).map(key);
+        let swapped = old != serving.as_ref().map(key);
+        let entry = Entry { uid: uid.to_owned(), attempt: Some(attempt), serving };
+        state.entries.insert(name.to_owned(), entry.clone());
+        if swapped {
+            self.publish(&mut state);
+        }
+        self.update_synced(&mut state);
+        entry
+    }
+
+    /// Forget CR `name` (deleted) and take its plugin out of service.
+    pub(crate) fn remove(&self, name: &str) {
+        let mut state = self.lock();
+        if let Some(e) = state.entries.remove(name) {
+            if let Some(initial) = state.initial.as_mut() {
+                initial.remove(&e.uid);
+            }
+            if e.serving.is_some() {
+                self.publish(&mut state);
+            }
+        }
+        self.update_synced(&mut state);
+    }
+
+    /// Forget every CR whose name is not in `present` (deleted while we
+    /// were not looking).
+    pub(crate) fn retain(&self, present: &BTreeSet<String>) {
+        let gone: Vec<String> = self.lock().entries.keys().filter(|n| !present.contains(*n)).cloned().collect();
+        for name in gone {
+            self.remove(&name);
+        }
+    }
+
+    /// The initial list has been read: `uids` are the CRs that must be
+    /// attempted before the catalog counts as synced (later lists change
+    /// nothing).
+    pub(crate) fn set_initial(&self, uids: BTreeSet<String>) {
+        let mut state = self.lock();
+        if state.initial.is_some() {
+            return;
+        }
+        state.initial = Some(uids);
+        self.update_synced(&mut state);
+    }
+
+    fn update_synced(&self, state: &mut State) {
+        let Some(initial) = &state.initial else { return };
+        let attempted: BTreeSet<&str> = state
+            .entries
+            .values()
+            .filter(|e| e.attempt.is_some())
+            .map(|e| e.uid.as_str())
+            .collect();
+        if initial.iter().all(|u| attempted.contains(u.as_str())) && !self.synced.swap(true, Ordering::AcqRel) {
+            tracing::info!(plugins = self.set.load().plugins().len(), "plugin catalog synced");
+        }
+    }
+
+    /// Build the set from every serving entry and swap it in.
+    fn publish(&self, state: &mut State) {
+        match build(state.entries.iter().filter_map(|(n, e)| e.serving.as_ref().map(|s| (n.as_str(), s)))) {
+            Ok(set) => {
+                let names: Vec<&str> = set.plugins().iter().map(LoadedPlugin::name).collect();
+                tracing::info!(plugins = ?names, "plugin set swapped");
+                state.kinds = state.entries.values().filter_map(|e| e.serving.as_ref()).flat_map(|s| s.kinds.iter().cloned()).collect();
+                self.set.store(Arc::new(set));
+                self.generation.send_modify(|g| *g += 1);
+            }
+            // Unreachable in practice: every entry passed `clash` against the
+            // others when it went into service, and removing one cannot make
+            // a valid set invalid.
+            Err((r, m)) => tracing::error!(reason = %r, message = %m, "plugin set not rebuilt"),
+        }
+    }
+}
+
+/// Sort serving plugins by `(order, CR name)` into a set.
+fn build<'a>(serving: impl Iterator<Item = (&'a str, &'a Serving)>) -> Result<PluginSet, (String, String)> {
+    let mut sorted: Vec<(&str, &Serving)> = serving.collect();
+    sorted.sort_by(|a, b| (a.1.order, a.0).cmp(&(b.1.order, b.0)));
+    PluginSet::new(sorted.into_iter().map(|(_, s)| s.plugin.clone()).collect())
+        .map_err(|e| (e.reason().to_owned(), e.to_string()))
+}
+
+/// Whether `candidate` (for CR `name`) fits with every other serving plugin;
+/// the `(reason, message)` of the clash if not.
+fn clash(state: &State, name: &str, candidate: &Serving) -> Result<(), (String, String)> {
+    let others = state.entries.iter().filter(|(n, _)| n.as_str() != name).filter_map(|(n, e)| e.serving.as_ref().map(|s| (n.as_str(), s)));
+    for (other, s) in others.clone() {
+        if s.plugin.name() == candidate.plugin.name() {
+            return Err((
+                reason::DUPLICATE_NAME.to_owned(),
+                format!("plugin name {:?} is already served by ClusterTrainerPlugin {other}", s.plugin.name()),
+            ));
+        }
+        if s.status_phase && candidate.status_phase {
+            return Err((
+                reason::STATUS_CONFLICT.to_owned(),
+                format!(
+                    "plugin {} implements the status phase, already served by plugin {} (ClusterTrainerPlugin {other}); narrow spec.phases on one of them",
+                    candidate.plugin.name(),
+                    s.plugin.name()
+                ),
+            ));
+        }
+    }
+    build(others.chain(std::iter::once((name, candidate)))).map(drop)
+}

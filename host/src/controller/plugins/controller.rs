@@ -1,0 +1,239 @@
+//! The kube-runtime controller on `ClusterTrainerPlugin`: one reconcile per
+//! object fetches, verifies and loads its component and commits it to the
+//! [`PluginCatalog`]; deleted objects leave the catalog when they leave the
+//! reflector.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Api;
+use kube::runtime::controller::{Action, Controller, Error as ControllerError};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use trainforge_api::trainforge::v1alpha1::{ClusterTrainerPlugin, ClusterTrainerPluginSpec, reason};
+
+use super::catalog::{Attempt, PluginCatalog, Serving, Stage};
+use super::fetch::{FetchError, Fetcher};
+use super::spec::{options, plugin_source};
+use super::{Error, status};
+
+use crate::plugin::sha256_hex;
+
+/// How soon a failed attempt is retried (the ConfigMap or URL may be fixed
+/// without the CR changing).
+pub const RETRY_FAILED: Duration = Duration::from_secs(30);
+
+/// How soon a reconcile that hit an API error is retried.
+pub const RETRY_ERROR: Duration = Duration::from_secs(5);
+
+/// Options of [`run_with`].
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Only `ClusterTrainerPlugin`s matching this label selector (all when
+    /// `None`); lets several operators (or tests) share a cluster.
+    pub label_selector: Option<String>,
+}
+
+struct Ctx {
+    api: Api<ClusterTrainerPlugin>,
+    catalog: Arc<PluginCatalog>,
+    fetcher: Fetcher,
+}
+
+/// Run the controller until `shutdown` is cancelled.
+pub async fn run(client: kube::Client, catalog: Arc<PluginCatalog>, shutdown: CancellationToken) -> Result<(), Error> {
+    run_with(client, catalog, shutdown, Options::default()).await
+}
+
+/// [`run`] with options.
+pub async fn run_with(
+    client: kube::Client,
+    catalog: Arc<PluginCatalog>,
+    shutdown: CancellationToken,
+    opts: Options,
+) -> Result<(), Error> {
+    let api: Api<ClusterTrainerPlugin> = Api::all(client.clone());
+    let mut wc = watcher::Config::default().any_semantic();
+    if let Some(sel) = &opts.label_selector {
+        wc = wc.labels(sel);
+    }
+    let fetcher = Fetcher::new(client, catalog.runtime().config().max_component_bytes)?;
+    let (store, writer) = reflector::store::<ClusterTrainerPlugin>();
+
+    // Deletions leave the catalog straight from the watch (the controller
+    // itself only triggers on applied objects). After every (re)list the
+    // store is the truth: anything else was deleted while the watch was
+    // down; the first list is what the catalog must load to be synced.
+    let events = {
+        let catalog = catalog.clone();
+        let store = store.clone();
+        reflector(writer, watcher(api.clone(), wc))
+            .default_backoff()
+            .inspect(move |event| match event {
+                Ok(watcher::Event::Delete(obj)) => {
+                    let name = obj.metadata.name.clone().unwrap_or_default();
+                    tracing::info!(plugin = %name, "ClusterTrainerPlugin deleted; taking its plugin out of service");
+                    catalog.remove(&name);
+                }
+                Ok(watcher::Event::InitDone) => {
+                    let state = store.state();
+                    catalog.retain(&state.iter().filter_map(|o| o.metadata.name.clone()).collect());
+                    catalog.set_initial(state.iter().filter_map(|o| o.metadata.uid.clone()).collect());
+                }
+                _ => {}
+            })
+            .applied_objects()
+    };
+
+    let ctx = Arc::new(Ctx { api, catalog: catalog.clone(), fetcher });
+    let stop = shutdown.clone();
+    let mut results = Controller::for_stream(events, store)
+        .graceful_shutdown_on(async move { stop.cancelled_owned().await })
+        .run(reconcile, error_policy, ctx)
+        .boxed();
+    while let Some(result) = results.next().await {
+        match result {
+            Ok(_) => {}
+            Err(ControllerError::ObjectNotFound(obj)) => {
+                tracing::debug!(plugin = %obj.name, "ClusterTrainerPlugin gone before its reconcile");
+                catalog.remove(&obj.name);
+            }
+            Err(ControllerError::ReconcilerFailed(e, obj)) => {
+                tracing::warn!(plugin = %obj.name, error = %e, "reconcile failed");
+            }
+            Err(ControllerError::QueueError(e)) => tracing::warn!(error = %e, "watch error (retried with backoff)"),
+            Err(e) => tracing::warn!(error = %e, "controller error"),
+        }
+    }
+    Ok(())
+}
+
+fn error_policy(_: Arc<ClusterTrainerPlugin>, _: &Error, _: Arc<Ctx>) -> Action {
+    Action::requeue(RETRY_ERROR)
+}
+
+async fn reconcile(obj: Arc<ClusterTrainerPlugin>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let generation = obj.metadata.generation.unwrap_or(0);
+    let span = tracing::info_span!("reconcile_plugin", plugin = %name, generation);
+    reconcile_inner(obj, ctx, name, generation).instrument(span).await
+}
+
+async fn reconcile_inner(
+    obj: Arc<ClusterTrainerPlugin>,
+    ctx: Arc<Ctx>,
+    name: String,
+    generation: i64,
+) -> Result<Action, Error> {
+    let uid = obj.metadata.uid.clone().unwrap_or_default();
+    let catalog = &ctx.catalog;
+    let entry = match catalog.entry(&name, &uid) {
+        // Already serving this generation: nothing to load.
+        Some(e) if e.attempt.as_ref().is_some_and(|a| a.generation == generation && a.failure.is_none()) => e,
+        previous => {
+            let (attempt, candidate) = attempt(&name, &obj.spec, &ctx, generation, None).await;
+            match (&attempt.failure, candidate) {
+                (None, candidate) => catalog.commit(&name, &uid, attempt, candidate),
+                (Some((r, m)), _) => {
+                    tracing::warn!(reason = %r, message = %m, "plugin version refused; the previous version (if any) keeps serving");
+                    let serving = previous.as_ref().is_some_and(|e| e.serving.is_some());
+                    match restore(&name, &obj, &ctx).await {
+                        Some(last_good) if !serving => catalog.commit_restored(&name, &uid, attempt, last_good),
+                        _ => catalog.commit(&name, &uid, attempt, None),
+                    }
+                }
+            }
+        }
+    };
+    let desired = status::desired(&entry, obj.status.as_ref());
+    if status::write(&ctx.api, &obj, &desired).await? {
+        catalog.count_status_write();
+    }
+    let failed = entry.attempt.as_ref().is_some_and(|a| a.failure.is_some());
+    Ok(if failed { Action::requeue(RETRY_FAILED) } else { Action::await_change() })
+}
+
+/// The last good version recorded in `obj`'s status (`servingSpec`,
+/// pinned to `servingDigest`), loaded again: after a restart, a CR whose
+/// current spec fails keeps serving what it served before.
+async fn restore(name: &str, obj: &ClusterTrainerPlugin, ctx: &Ctx) -> Option<Serving> {
+    let status = obj.status.as_ref()?;
+    let (spec, digest, generation) =
+        (status.serving_spec.as_ref()?, status.serving_digest.as_deref()?, status.serving_generation?);
+    let (attempt, serving) = attempt(name, spec, ctx, generation, Some(digest)).await;
+    match (&attempt.failure, serving) {
+        (None, Some(s)) => {
+            tracing::info!(digest, generation, "last good version restored from status");
+            Some(s)
+        }
+        (failure, _) => {
+            tracing::warn!(digest, generation, failure = ?failure, "last good version could not be restored");
+            None
+        }
+    }
+}
+
+/// Fetch → verify → load `spec` (of CR `name` at `generation`); the
+/// attempt's stages and, on success, the version to put in service. `pin`
+/// overrides `spec.sha256`.
+async fn attempt(
+    name: &str,
+    spec: &ClusterTrainerPluginSpec,
+    ctx: &Ctx,
+    generation: i64,
+    pin: Option<&str>,
+) -> (Attempt, Option<Serving>) {
+    let catalog = &ctx.catalog;
+    let mut done = Vec::new();
+
+    let fetched = match ctx.fetcher.fetch(&spec.source).await {
+        Ok(f) => f,
+        Err(e) => return (fetch_failed(generation, &e), None),
+    };
+    catalog.count_load();
+    let digest = sha256_hex(&fetched.bytes);
+    done.push(Stage::ok(reason::FETCHED, format!("{} bytes from {}", fetched.bytes.len(), fetched.origin)));
+
+    let pinned = pin.or(spec.sha256.as_deref()).map(|s| s.trim().to_ascii_lowercase());
+    match &pinned {
+        Some(want) if *want != digest => {
+            let m = format!("expected sha256 {want}, got {digest} from {}", fetched.origin);
+            return (Attempt::failed(generation, done, reason::DIGEST_MISMATCH, m), None);
+        }
+        Some(_) => done.push(Stage::ok(reason::DIGEST_MATCHED, format!("sha256 {digest}"))),
+        None if fetched.builtin => done.push(Stage::ok(reason::BUILTIN, format!("builtin, sha256 {digest}"))),
+        None => {
+            // The CRD requires sha256 for anything not builtin.
+            let m = "spec.sha256 is required for a component that is not builtin".to_owned();
+            return (Attempt::failed(generation, done, reason::DIGEST_MISMATCH, m), None);
+        }
+    }
+
+    let opts = match options(spec, &catalog.runtime().config().limits) {
+        Ok(o) => o,
+        Err(e) => return (Attempt::failed(generation, done, reason::INVALID_SPEC, e.to_string()), None),
+    };
+    let src = plugin_source(name.to_owned(), fetched.bytes.clone(), Some(digest.clone()), &opts, catalog.objects().clone());
+    let runtime = catalog.runtime().clone();
+    let loaded = tokio::task::spawn_blocking(move || runtime.load(src)).await;
+    let plugin = match loaded {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => return (Attempt::failed(generation, done, e.reason(), e.to_string()), None),
+        Err(join) => {
+            let m = format!("loading task failed: {join}");
+            return (Attempt::failed(generation, done, "LoadFailed", m), None);
+        }
+    };
+    let serving = Serving::new(plugin, spec.clone(), generation, opts.order, opts.phases.as_deref(), opts.allowed_emits.as_deref());
+    done.push(Stage::ok(
+        reason::COMPILED,
+        format!("plugin {} {} (WIT {})", serving.described.name, serving.described.version, serving.described.wit_version),
+    ));
+    (Attempt::succeeded(generation, done), Some(serving))
+}
+
+fn fetch_failed(generation: i64, e: &FetchError) -> Attempt {
+    Attempt::failed(generation, Vec::new(), e.reason(), e.to_string())
+}

@@ -1,0 +1,204 @@
+//! Getting a plugin component's bytes (the `Fetched` stage): a builtin by
+//! name, a ConfigMap's `binaryData` key, an `https://` URL or a `file://`
+//! path. Every source is bounded by the runtime's component size limit.
+
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use trainforge_api::trainforge::v1alpha1::{ConfigMapSource, PluginSourceSpec, reason};
+
+use crate::plugin::builtin;
+
+/// Timeout of one HTTPS download (connect + body).
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why the bytes could not be fetched; [`FetchError::reason`] is the
+/// `Fetched=False` condition reason.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// No builtin plugin has that name.
+    #[error("no builtin plugin {name:?} (builtins: {available})")]
+    UnknownBuiltin {
+        /// The requested name.
+        name: String,
+        /// The embedded plugins' names.
+        available: String,
+    },
+    /// The ConfigMap, its key, or the file does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The component is larger than the limit.
+    #[error("{what} is larger than the {limit}-byte component limit")]
+    TooLarge {
+        /// Where it came from.
+        what: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// The API server, file system or network failed (retried).
+    #[error("{0}")]
+    Failed(String),
+    /// The spec names no source (the CRD's rules prevent this).
+    #[error("spec.source names no component")]
+    NoSource,
+}
+
+impl FetchError {
+    /// The `Fetched=False` reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            FetchError::UnknownBuiltin { .. } => reason::UNKNOWN_BUILTIN,
+            FetchError::NotFound(_) => reason::NOT_FOUND,
+            FetchError::TooLarge { .. } => reason::TOO_LARGE,
+            FetchError::Failed(_) | FetchError::NoSource => reason::FETCH_ERROR,
+        }
+    }
+}
+
+/// Component bytes and where they came from.
+#[derive(Clone)]
+pub struct Fetched {
+    /// The component.
+    pub bytes: Arc<[u8]>,
+    /// A short description of the origin, for messages (`builtin plugin-torch`).
+    pub origin: String,
+    /// Whether it is a builtin (trusted without a pinned digest).
+    pub builtin: bool,
+}
+
+impl std::fmt::Debug for Fetched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fetched")
+            .field("origin", &self.origin)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+/// Fetches components; one per controller.
+#[derive(Clone)]
+pub struct Fetcher {
+    client: kube::Client,
+    http: reqwest::Client,
+    max_bytes: usize,
+}
+
+/// Install rustls' ring provider as the process default (once; a provider
+/// installed earlier by someone else is kept).
+pub fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _already_installed = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// The builtin plugin called `name` (`torch` or `plugin-torch`).
+pub fn find_builtin(name: &str) -> Option<&'static builtin::BuiltinPlugin> {
+    builtin::all()
+        .iter()
+        .find(|b| b.crate_name == name || b.crate_name.strip_prefix("plugin-") == Some(name))
+}
+
+impl Fetcher {
+    /// A fetcher reading ConfigMaps through `client` and refusing components
+    /// larger than `max_bytes`.
+    pub fn new(client: kube::Client, max_bytes: usize) -> Result<Self, super::Error> {
+        install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .https_only(true)
+            .timeout(HTTP_TIMEOUT)
+            .connect_timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::limited(5))
+            .build()
+            .map_err(|e| super::Error::HttpClient(e.to_string()))?;
+        Ok(Fetcher { client, http, max_bytes })
+    }
+
+    /// Fetch the component named by `source`.
+    pub async fn fetch(&self, source: &PluginSourceSpec) -> Result<Fetched, FetchError> {
+        if let Some(name) = &source.builtin {
+            let b = find_builtin(name).ok_or_else(|| FetchError::UnknownBuiltin {
+                name: name.clone(),
+                available: builtin::all().iter().map(|b| b.crate_name).collect::<Vec<_>>().join(", "),
+            })?;
+            return Ok(Fetched { bytes: Arc::from(b.wasm), origin: format!("builtin {}", b.crate_name), builtin: true });
+        }
+        if let Some(cm) = &source.config_map {
+            return self.config_map(cm).await;
+        }
+        if let Some(url) = &source.url {
+            if let Some(path) = url.strip_prefix("file://") {
+                return self.file(path).await;
+            }
+            if url.starts_with("https://") {
+                return self.https(url).await;
+            }
+            return Err(FetchError::Failed(format!("unsupported URL scheme in {url:?} (https:// or file:// only)")));
+        }
+        Err(FetchError::NoSource)
+    }
+
+    fn too_large(&self, what: String) -> FetchError {
+        FetchError::TooLarge { what, limit: self.max_bytes }
+    }
+
+    async fn config_map(&self, src: &ConfigMapSource) -> Result<Fetched, FetchError> {
+        let what = format!("ConfigMap {}/{}", src.namespace, src.name);
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &src.namespace);
+        let cm = api
+            .get_opt(&src.name)
+            .await
+            .map_err(|e| FetchError::Failed(format!("reading {what}: {e}")))?
+            .ok_or_else(|| FetchError::NotFound(format!("{what} not found")))?;
+        let bytes = cm
+            .binary_data
+            .and_then(|mut d| d.remove(&src.key))
+            .ok_or_else(|| FetchError::NotFound(format!("{what} has no binaryData key {:?}", src.key)))?;
+        if bytes.0.len() > self.max_bytes {
+            return Err(self.too_large(format!("{what} key {:?}", src.key)));
+        }
+        Ok(Fetched { bytes: Arc::from(bytes.0), origin: format!("{what} key {}", src.key), builtin: false })
+    }
+
+    async fn file(&self, path: &str) -> Result<Fetched, FetchError> {
+        let what = format!("file://{path}");
+        let io = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::NotFound => FetchError::NotFound(format!("{what}: {e}")),
+            _ => FetchError::Failed(format!("{what}: {e}")),
+        };
+        let meta = tokio::fs::metadata(path).await.map_err(io)?;
+        if usize::try_from(meta.len()).map_or(true, |n| n > self.max_bytes) {
+            return Err(self.too_large(what));
+        }
+        let bytes = tokio::fs::read(path).await.map_err(io)?;
+        if bytes.len() > self.max_bytes {
+            return Err(self.too_large(what));
+        }
+        Ok(Fetched { bytes: Arc::from(bytes), origin: what, builtin: false })
+    }
+
+    async fn https(&self, url: &str) -> Result<Fetched, FetchError> {
+        let failed = |e: reqwest::Error| FetchError::Failed(format!("GET {url}: {e}"));
+        let mut resp = self.http.get(url).send().await.map_err(failed)?;
+        let status = resp.status();
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Err(FetchError::NotFound(format!("GET {url}: {status}")));
+        }
+        if !status.is_success() {
+            return Err(FetchError::Failed(format!("GET {url}: {status}")));
+        }
+        if resp.content_length().is_some_and(|n| usize::try_from(n).map_or(true, |n| n > self.max_bytes)) {
+            return Err(self.too_large(url.to_owned()));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(failed)? {
+            if body.len() + chunk.len() > self.max_bytes {
+                return Err(self.too_large(url.to_owned()));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Fetched { bytes: Arc::from(body), origin: url.to_owned(), builtin: false })
+    }
+}

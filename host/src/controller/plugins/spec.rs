@@ -1,0 +1,241 @@
+//! From a `ClusterTrainerPlugin` spec to what the plugin runtime takes:
+//! limits, grants, configuration JSON, failure policy, phase and emitted-kind
+//! narrowing. [`plugin_source`] is the one place a spec becomes a
+//! [`PluginSource`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube_quantity::ParsedQuantity;
+use trainforge_api::plugin::{KindRef, Phase};
+use trainforge_api::trainforge::v1alpha1::{
+    ClusterTrainerPluginSpec, FailurePolicy, KindReference, PluginPhase,
+};
+
+use crate::plugin::{FailurePolicy as RuntimeFailurePolicy, Grants, Limits, ObjectSource, PluginSource};
+
+/// Shortest and longest call deadline accepted (the CRD enforces the same).
+pub const TIMEOUT_RANGE: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(30));
+
+/// Largest memory cap accepted (the CRD enforces the same).
+pub const MAX_MEMORY_BYTES: usize = 1 << 30;
+
+/// A spec value the API server's rules let through but the operator cannot use.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// `limits.timeout` is not a duration in range.
+    #[error("limits.timeout {0:?}: expected milliseconds (10 to 30000) or a duration such as 500ms or 2s (10ms to 30s)")]
+    Timeout(String),
+    /// `limits.memory` is not a size in range.
+    #[error("limits.memory {0:?}: expected MiB (1 to 1024) or a quantity such as 128Mi (at most 1Gi)")]
+    Memory(String),
+    /// `config` could not be serialised.
+    #[error("config: {0}")]
+    Config(#[from] serde_json::Error),
+}
+
+/// What the spec says about how to run the plugin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginOptions {
+    /// Position in the pipeline (ties broken by CR name).
+    pub order: i32,
+    /// Configuration JSON passed to every call.
+    pub config: String,
+    /// Capabilities granted.
+    pub grants: Grants,
+    /// Limits, when the spec overrides the runtime's defaults.
+    pub limits: Option<Limits>,
+    /// What a reconcile does when the plugin cannot answer.
+    pub failure_policy: FailurePolicy,
+    /// Phases the operator calls (all implemented when `None`).
+    pub phases: Option<Vec<Phase>>,
+    /// Kinds the plugin may emit (what it declares when `None`).
+    pub allowed_emits: Option<Vec<KindRef>>,
+}
+
+/// A kind reference of the CRD as the runtime's [`KindRef`].
+pub fn kind_ref(k: &KindReference) -> KindRef {
+    KindRef::new(k.api_version.clone(), k.kind.clone())
+}
+
+/// A runtime [`KindRef`] as the CRD's kind reference.
+pub fn kind_reference(k: &KindRef) -> KindReference {
+    KindReference { api_version: k.api_version.clone(), kind: k.kind.clone() }
+}
+
+/// The runtime's phase for a CRD phase.
+pub fn phase(p: PluginPhase) -> Phase {
+    match p {
+        PluginPhase::EnforceMlPolicy => Phase::EnforceMlPolicy,
+        PluginPhase::EnforcePodGroupPolicy => Phase::EnforcePodGroupPolicy,
+        PluginPhase::EnforcePodSpec => Phase::EnforcePodSpec,
+        PluginPhase::PreBuild => Phase::PreBuild,
+        PluginPhase::Build => Phase::Build,
+        PluginPhase::Validate => Phase::Validate,
+        PluginPhase::Status => Phase::Status,
+    }
+}
+
+/// Parse `limits.timeout`: an integer is milliseconds, a string a duration
+/// (`500ms`, `2s`, `1m`).
+pub fn parse_timeout(v: &IntOrString) -> Result<Duration, SpecError> {
+    let d = match v {
+        IntOrString::Int(ms) => u64::try_from(*ms).ok().map(Duration::from_millis),
+        IntOrString::String(s) => s
+            .parse::<k8s_openapi::jiff::SignedDuration>()
+            .ok()
+            .and_then(|d| Duration::try_from(d).ok()),
+    };
+    let text = || match v {
+        IntOrString::Int(i) => i.to_string(),
+        IntOrString::String(s) => s.clone(),
+    };
+    match d {
+        Some(d) if d >= TIMEOUT_RANGE.0 && d <= TIMEOUT_RANGE.1 => Ok(d),
+        _ => Err(SpecError::Timeout(text())),
+    }
+}
+
+/// Parse `limits.memory`: an integer is MiB, a string a quantity (`128Mi`).
+pub fn parse_memory(v: &IntOrString) -> Result<usize, SpecError> {
+    let bytes = match v {
+        IntOrString::Int(mib) => usize::try_from(*mib).ok().and_then(|m| m.checked_mul(1 << 20)),
+        IntOrString::String(s) => ParsedQuantity::try_from(s.as_str()).ok().and_then(|q| q.to_bytes_usize()),
+    };
+    let text = || match v {
+        IntOrString::Int(i) => i.to_string(),
+        IntOrString::String(s) => s.clone(),
+    };
+    match bytes {
+        Some(b) if b > 0 && b <= MAX_MEMORY_BYTES => Ok(b),
+        _ => Err(SpecError::Memory(text())),
+    }
+}
+
+/// Read the run options from a spec; `defaults` are the runtime's limits
+/// (fields the spec leaves out keep them).
+pub fn options(spec: &ClusterTrainerPluginSpec, defaults: &Limits) -> Result<PluginOptions, SpecError> {
+    let limits = match &spec.limits {
+        None => None,
+        Some(l) => {
+            let mut out = *defaults;
+            if let Some(t) = &l.timeout {
+                out.timeout = parse_timeout(t)?;
+            }
+            if let Some(m) = &l.memory {
+                out.memory_bytes = parse_memory(m)?;
+            }
+            Some(out)
+        }
+    };
+    let grants = spec.grants.as_ref().map_or_else(Grants::default, |g| Grants {
+        random: g.random.unwrap_or(false),
+        clock: g.clock.unwrap_or(false),
+    });
+    let config = match &spec.config {
+        None => "{}".to_owned(),
+        Some(c) => serde_json::to_string(c)?,
+    };
+    Ok(PluginOptions {
+        order: spec.order.unwrap_or(0),
+        config,
+        grants,
+        limits,
+        failure_policy: spec.failure_policy.unwrap_or_default(),
+        phases: spec.phases.as_ref().map(|ps| ps.iter().copied().map(phase).collect()),
+        allowed_emits: spec.allowed_kinds.as_ref().map(|ks| ks.iter().map(kind_ref).collect()),
+    })
+}
+
+/// The [`PluginSource`] to load: bytes, pinned digest and every option.
+/// The runtime enforces the failure policy and the phase and emitted-kind
+/// narrowing on every call.
+pub fn plugin_source(
+    label: String,
+    bytes: Arc<[u8]>,
+    sha256: Option<String>,
+    opts: &PluginOptions,
+    objects: Arc<dyn ObjectSource>,
+) -> PluginSource {
+    let mut src = PluginSource::new(label, bytes);
+    src.sha256 = sha256;
+    src.config = opts.config.clone();
+    src.grants = opts.grants.clone();
+    src.limits = opts.limits;
+    src.objects = objects;
+    src.failure_policy = match opts.failure_policy {
+        FailurePolicy::Fail => RuntimeFailurePolicy::Fail,
+        FailurePolicy::Ignore => RuntimeFailurePolicy::Ignore,
+    };
+    src.phases = opts.phases.clone();
+    src.allowed_emits = opts.allowed_emits.clone();
+    src
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trainforge_api::trainforge::v1alpha1::{PluginGrants, PluginLimits};
+
+    #[test]
+    fn timeouts() {
+        let ms = |s: &str| parse_timeout(&IntOrString::String(s.into())).map(|d| d.as_millis()).ok();
+        assert_eq!(parse_timeout(&IntOrString::Int(250)).unwrap(), Duration::from_millis(250));
+        assert_eq!(ms("500ms"), Some(500));
+        assert_eq!(ms("2s"), Some(2000));
+        assert_eq!(ms("1.5s"), Some(1500));
+        assert_eq!(ms("5ms"), None, "below 10ms");
+        assert_eq!(ms("1m"), None, "above 30s");
+        assert_eq!(ms("soon"), None);
+        assert!(parse_timeout(&IntOrString::Int(-1)).is_err());
+        assert!(parse_timeout(&IntOrString::Int(30_001)).is_err());
+    }
+
+    #[test]
+    fn memory() {
+        assert_eq!(parse_memory(&IntOrString::Int(128)).unwrap(), 128 << 20);
+        assert_eq!(parse_memory(&IntOrString::String("256Mi".into())).unwrap(), 256 << 20);
+        assert_eq!(parse_memory(&IntOrString::String("1Gi".into())).unwrap(), 1 << 30);
+        assert!(parse_memory(&IntOrString::String("2Gi".into())).is_err());
+        assert!(parse_memory(&IntOrString::Int(0)).is_err());
+        assert!(parse_memory(&IntOrString::String("lots".into())).is_err());
+    }
+
+    #[test]
+    fn options_from_spec() {
+        let spec: ClusterTrainerPluginSpec = serde_json::from_value(serde_json::json!({
+            "source": {"builtin": "mpi"},
+            "order": 40,
+            "phases": ["build", "enforce-ml-policy"],
+            "failurePolicy": "Ignore",
+            "limits": {"timeout": "2s", "memory": "128Mi"},
+            "allowedKinds": [{"apiVersion": "v1", "kind": "Secret"}],
+            "grants": {"random": true},
+            "config": {"greeting": "servus", "n": 2},
+        }))
+        .unwrap();
+        let defaults = Limits::default();
+        let o = options(&spec, &defaults).unwrap();
+        assert_eq!(o.order, 40);
+        assert_eq!(o.failure_policy, FailurePolicy::Ignore);
+        assert_eq!(o.phases, Some(vec![Phase::Build, Phase::EnforceMlPolicy]));
+        assert_eq!(o.allowed_emits, Some(vec![KindRef::new("v1", "Secret")]));
+        assert_eq!(o.grants, Grants { random: true, clock: false });
+        let limits = o.limits.unwrap();
+        assert_eq!(limits.timeout, Duration::from_secs(2));
+        assert_eq!(limits.memory_bytes, 128 << 20);
+        assert_eq!(limits.max_output_bytes, defaults.max_output_bytes);
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&o.config).unwrap()["greeting"], "servus");
+
+        let bare = ClusterTrainerPluginSpec { grants: Some(PluginGrants::default()), ..Default::default() };
+        let o = options(&bare, &defaults).unwrap();
+        assert_eq!((o.order, o.config.as_str(), o.limits, o.failure_policy), (0, "{}", None, FailurePolicy::Fail));
+
+        let bad = ClusterTrainerPluginSpec {
+            limits: Some(PluginLimits { timeout: Some(IntOrString::String("forever".into())), memory: None }),
+            ..Default::default()
+        };
+        assert!(matches!(options(&bad, &defaults), Err(SpecError::Timeout(_))));
+    }
+}

@@ -1,0 +1,129 @@
+//! The `ClusterTrainerPlugin` status the catalog's state implies, and its
+//! write through the status subresource — only when it differs from what the
+//! object already shows (a resync writes nothing).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use trainforge_api::trainforge::v1alpha1::{
+    API_VERSION, CLUSTER_TRAINER_PLUGIN_KIND, ClusterTrainerPlugin, ClusterTrainerPluginStatus, condition, reason,
+};
+
+use super::catalog::{Entry, Stage};
+use super::{Error, FIELD_MANAGER};
+
+/// The status `entry` implies. Conditions whose status did not change keep
+/// their `lastTransitionTime` from `current`.
+pub(crate) fn desired(entry: &Entry, current: Option<&ClusterTrainerPluginStatus>) -> ClusterTrainerPluginStatus {
+    let generation = entry.attempt.as_ref().map(|a| a.generation);
+    let mut stages: Vec<(&str, Stage)> = Vec::new();
+    if let Some(a) = &entry.attempt {
+        for (t, s) in [condition::FETCHED, condition::VERIFIED, condition::COMPILED].into_iter().zip(a.stages.iter()) {
+            stages.push((t, s.clone()));
+        }
+    }
+    let failure = entry.attempt.as_ref().and_then(|a| a.failure.clone());
+    let ready = match (&entry.serving, &failure) {
+        (Some(s), None) => Stage::ok(reason::SERVING, format!("serving sha256 {} (plugin {})", s.digest(), s.described.name)),
+        (Some(s), Some((_, m))) => Stage::ok(
+            reason::SERVING_LAST_KNOWN_GOOD,
+            format!("serving sha256 {} from generation {} (plugin {}); the current spec failed: {m}", s.digest(), s.generation, s.described.name),
+        ),
+        (None, Some((r, m))) => Stage::failed(r, m.clone()),
+        (None, None) => Stage::failed(reason::NOT_REACHED, "not loaded yet"),
+    };
+    let degraded = match &failure {
+        Some((r, m)) => Stage { status: "True", reason: r.clone(), message: m.clone() },
+        None => Stage { status: "False", reason: reason::AS_EXPECTED.to_owned(), message: "the current spec is serving".to_owned() },
+    };
+    stages.push((condition::READY, ready));
+    stages.push((condition::DEGRADED, degraded));
+
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let conditions = stages
+        .into_iter()
+        .map(|(t, s)| {
+            let previous = current
+                .and_then(|c| c.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == t))
+                .filter(|c| c.status == s.status);
+            Condition {
+                type_: t.to_owned(),
+                status: s.status.to_owned(),
+                reason: s.reason,
+                message: s.message,
+                observed_generation: generation,
+                last_transition_time: previous.map_or_else(|| now.clone(), |c| c.last_transition_time.clone()),
+            }
+        })
+        .collect();
+    ClusterTrainerPluginStatus {
+        conditions: Some(conditions),
+        serving_digest: entry.serving.as_ref().map(|s| s.digest().to_owned()),
+        serving_generation: entry.serving.as_ref().map(|s| s.generation),
+        serving_spec: entry.serving.as_ref().map(|s| s.spec.clone()),
+        observed_generation: generation,
+        last_error: failure.map(|(_, m)| m),
+        plugin: entry.serving.as_ref().map(|s| s.described.clone()),
+    }
+}
+
+/// Write `status` to `obj` unless it already shows exactly that. Returns
+/// whether a write was made.
+pub(crate) async fn write(
+    api: &Api<ClusterTrainerPlugin>,
+    obj: &ClusterTrainerPlugin,
+    status: &ClusterTrainerPluginStatus,
+) -> Result<bool, Error> {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    if obj.status.as_ref() == Some(status) {
+        return Ok(false);
+    }
+    let patch = json!({
+        "apiVersion": API_VERSION,
+        "kind": CLUSTER_TRAINER_PLUGIN_KIND,
+        "status": serde_json::to_value(status).map_err(|source| Error::Serialize { name: name.clone(), source })?,
+    });
+    api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(|source| Error::Kube { name, action: "writing status", source })?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::catalog::Attempt;
+    use super::*;
+
+    fn cond<'a>(s: &'a ClusterTrainerPluginStatus, t: &str) -> &'a Condition {
+        s.conditions.as_ref().unwrap().iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn failure_without_a_serving_version_is_not_ready_and_degraded() {
+        let entry = Entry {
+            uid: "u".into(),
+            attempt: Some(Attempt::failed(
+                3,
+                vec![Stage::ok(reason::FETCHED, "1 bytes")],
+                reason::DIGEST_MISMATCH,
+                "expected sha256 aa, got bb".into(),
+            )),
+            serving: None,
+        };
+        let s = desired(&entry, None);
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(cond(&s, "Fetched").status, "True");
+        assert_eq!(cond(&s, "Verified").reason, "DigestMismatch");
+        assert_eq!(cond(&s, "Compiled").status, "Unknown");
+        assert_eq!(cond(&s, "Ready").status, "False");
+        assert_eq!(cond(&s, "Degraded").status, "True");
+        assert_eq!(s.last_error.as_deref(), Some("expected sha256 aa, got bb"));
+        assert_eq!(s.serving_digest, None);
+
+        // Same state again: same status, transition times kept.
+        let again = desired(&entry, Some(&s));
+        assert_eq!(again, s);
+    }
+}

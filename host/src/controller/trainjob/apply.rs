@@ -1,0 +1,191 @@
+//! Server-side apply of the desired objects (field manager `trainer`,
+//! force), skipping objects the API server already has as desired so that a
+//! resync that finds nothing changed writes nothing.
+//!
+//! An object is skipped when either
+//! - the live object (from the watch cache) has the resourceVersion our last
+//!   apply of the very same desired object returned, or
+//! - every field of the desired object is already present in the live
+//!   object with the same value ([`contains`]): after a restart, or for
+//!   objects someone else touched only in fields we do not own.
+//!
+//! A hand edit of a field we own breaks both, so the next reconcile applies
+//! (with force) and restores it; fields we do not own are left alone.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Mutex;
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::ApiResource;
+use serde_json::Value;
+use tracing::debug;
+
+/// The SSA field manager upstream uses for every object of a TrainJob.
+pub const FIELD_MANAGER: &str = "trainer";
+
+/// Why an object could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The object has no name or kind.
+    #[error("object without {0}")]
+    Malformed(&'static str),
+    /// The API server refused it.
+    #[error("applying {kind} {namespace}/{name}: {source}")]
+    Api {
+        /// Kind.
+        kind: String,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// The API error.
+        source: kube::Error,
+    },
+}
+
+/// Identity of an applied object.
+type Key = (String, String, String, String);
+
+/// What happened to one object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Already as desired: nothing written.
+    Unchanged,
+    /// Written; it did not exist before.
+    Created,
+    /// Written over an existing object.
+    Updated,
+}
+
+/// Remembers, per object, the hash of the last desired state applied and the
+/// resourceVersion the API server returned for it.
+#[derive(Debug, Default)]
+pub struct AppliedMemo {
+    seen: Mutex<HashMap<Key, (u64, String)>>,
+}
+
+fn key(object: &Value) -> Key {
+    let s = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
+    (s("/apiVersion"), s("/kind"), s("/metadata/namespace"), s("/metadata/name"))
+}
+
+fn digest(object: &Value) -> u64 {
+    let mut h = DefaultHasher::new();
+    object.to_string().hash(&mut h);
+    h.finish()
+}
+
+impl AppliedMemo {
+    fn matches(&self, object: &Value, live_rv: Option<&str>) -> bool {
+        let Some(rv) = live_rv else { return false };
+        let Ok(seen) = self.seen.lock() else { return false };
+        seen.get(&key(object)).is_some_and(|(h, r)| *h == digest(object) && r == rv)
+    }
+
+    fn record(&self, object: &Value, rv: Option<String>) {
+        if let (Ok(mut seen), Some(rv)) = (self.seen.lock(), rv) {
+            seen.insert(key(object), (digest(object), rv));
+        }
+    }
+
+    /// Forget a TrainJob's objects (it was deleted).
+    pub fn forget_namespace_name(&self, namespace: &str, prefix: &str) {
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.retain(|(_, _, ns, name), _| !(ns == namespace && name.starts_with(prefix)));
+        }
+    }
+}
+
+/// Whether every field of `desired` is in `live` with the same value. Lists
+/// must have the same length and match item by item (the API server keeps
+/// list order); scalars must be equal.
+pub fn contains(live: &Value, desired: &Value) -> bool {
+    match (live, desired) {
+        (Value::Object(l), Value::Object(d)) => d.iter().all(|(k, dv)| match l.get(k) {
+            Some(lv) => contains(lv, dv),
+            None => dv.is_null() || dv.as_object().is_some_and(|o| o.is_empty()) || dv.as_array().is_some_and(|a| a.is_empty()),
+        }),
+        (Value::Array(l), Value::Array(d)) => l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| contains(lv, dv)),
+        (Value::Number(l), Value::Number(d)) => l.as_f64() == d.as_f64(),
+        (l, d) => l == d,
+    }
+}
+
+/// Apply one object unless the live one already is as desired.
+pub async fn apply(
+    client: &kube::Client,
+    resource: &ApiResource,
+    namespaced: bool,
+    object: &Value,
+    live: Option<&DynamicObject>,
+    memo: &AppliedMemo,
+) -> Result<Outcome, ApplyError> {
+    let name = object.pointer("/metadata/name").and_then(Value::as_str).ok_or(ApplyError::Malformed("metadata.name"))?;
+    let kind = object.get("kind").and_then(Value::as_str).ok_or(ApplyError::Malformed("kind"))?;
+    let namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default();
+    if let Some(live) = live {
+        if memo.matches(object, live.metadata.resource_version.as_deref()) {
+            return Ok(Outcome::Unchanged);
+        }
+        let live_json = serde_json::to_value(live).unwrap_or(Value::Null);
+        if contains(&live_json, object) {
+            memo.record(object, live.metadata.resource_version.clone());
+            return Ok(Outcome::Unchanged);
+        }
+    }
+    let api: Api<DynamicObject> = if namespaced {
+        Api::namespaced_with(client.clone(), namespace, resource)
+    } else {
+        Api::all_with(client.clone(), resource)
+    };
+    debug!(%kind, %namespace, %name, "server-side apply");
+    let applied = api
+        .patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(object))
+        .await
+        .map_err(|source| ApplyError::Api {
+            kind: kind.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            source,
+        })?;
+    memo.record(object, applied.metadata.resource_version.clone());
+    Ok(if live.is_some() { Outcome::Updated } else { Outcome::Created })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn contains_ignores_server_added_fields_but_not_changed_ones() {
+        let live = json!({"metadata": {"name": "a", "uid": "u", "labels": {"x": "1", "y": "2"}},
+            "spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {"spec": {"parallelism": 2}}}],
+                     "suspend": false}});
+        let desired = json!({"metadata": {"name": "a", "labels": {"x": "1"}},
+            "spec": {"replicatedJobs": [{"name": "node", "replicas": 1}]}});
+        assert!(contains(&live, &desired));
+        let changed = json!({"metadata": {"name": "a", "labels": {"x": "2"}}});
+        assert!(!contains(&live, &changed));
+        let more_items = json!({"spec": {"replicatedJobs": [{"name": "node"}, {"name": "launcher"}]}});
+        assert!(!contains(&live, &more_items));
+        let new_field = json!({"spec": {"suspend": true}});
+        assert!(!contains(&live, &new_field));
+        assert!(contains(&json!({"a": 1.0}), &json!({"a": 1})));
+        assert!(contains(&json!({}), &json!({"labels": {}, "x": null})), "empty maps are absent on the server");
+    }
+
+    #[test]
+    fn memo_matches_only_same_object_and_resource_version() {
+        let memo = AppliedMemo::default();
+        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}, "data": {"k": "v"}});
+        memo.record(&obj, Some("7".into()));
+        assert!(memo.matches(&obj, Some("7")));
+        assert!(!memo.matches(&obj, Some("8")), "someone else wrote it");
+        let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}, "data": {"k": "w"}});
+        assert!(!memo.matches(&other, Some("7")), "desired state changed");
+        memo.forget_namespace_name("n", "a");
+        assert!(!memo.matches(&obj, Some("7")));
+    }
+}

@@ -1,0 +1,90 @@
+//! Kubernetes Events on TrainJobs (events.k8s.io, reporter
+//! `trainer-trainjob-controller`): upstream's
+//! `TrainJobResourcesCreationFailed`, plus one Event per important
+//! transition (JobSet created, suspended, resumed, complete, failed,
+//! deadline exceeded, unsupported or missing runtime).
+
+use kube::Resource;
+use kube::runtime::events::{Event, EventType};
+use tracing::warn;
+use trainforge_api::trainer::v1alpha1::TrainJob;
+
+use super::Context;
+use super::conditions::Transition;
+
+/// Upstream's reason for any failure to build or apply a TrainJob's objects.
+pub const REASON_CREATION_FAILED: &str = "TrainJobResourcesCreationFailed";
+/// Upstream's action for it.
+pub const ACTION_RECONCILING: &str = "Reconciling";
+/// Upstream truncates the error in the note to this many characters.
+const NOTE_LIMIT: usize = 950;
+
+/// Upstream's note: `TrainJob resources reconciliation failed: <err>` with
+/// the error cut at 950 characters (and ` ...` appended).
+pub fn creation_failed_note(error: &str) -> String {
+    let cut: String = error.chars().take(NOTE_LIMIT).collect();
+    let more = if cut.len() < error.len() { " ..." } else { "" };
+    format!("TrainJob resources reconciliation failed: {cut}{more}")
+}
+
+/// Publish an Event; failures are logged, never fatal. Returns whether it
+/// was written.
+pub async fn publish(ctx: &Context, job: &TrainJob, warning: bool, reason: &str, action: &str, note: String) -> bool {
+    let event = Event {
+        type_: if warning { EventType::Warning } else { EventType::Normal },
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: action.to_owned(),
+        secondary: None,
+    };
+    match ctx.recorder.publish(&event, &job.object_ref(&())).await {
+        Ok(()) => {
+            ctx.metrics.api_write("create", "Event");
+            true
+        }
+        Err(e) => {
+            warn!(error = %e, %reason, "publishing Event failed");
+            false
+        }
+    }
+}
+
+/// The Event for a condition transition, if it is one users care about.
+pub fn for_transition(t: &Transition) -> Option<(bool, String, String)> {
+    let note = |fallback: &str| if t.message.is_empty() { fallback.to_owned() } else { t.message.clone() };
+    match (t.kind.as_str(), t.status.as_str()) {
+        ("Suspended", "True") => Some((false, "Suspended".into(), note("TrainJob is suspended"))),
+        ("Suspended", "False") => Some((false, "Resumed".into(), note("TrainJob is resumed"))),
+        ("Complete", "True") => Some((false, "Completed".into(), note("TrainJob completed"))),
+        ("Failed", "True") => Some((true, t.reason.clone(), note("TrainJob failed"))),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn note_is_truncated_like_upstream() {
+        assert_eq!(creation_failed_note("boom"), "TrainJob resources reconciliation failed: boom");
+        let long = "x".repeat(2000);
+        let note = creation_failed_note(&long);
+        assert!(note.ends_with("x ..."));
+        assert_eq!(note.len(), "TrainJob resources reconciliation failed: ".len() + 950 + 4);
+    }
+
+    #[test]
+    fn transitions_worth_an_event() {
+        let t = |kind: &str, status: &str, reason: &str| Transition {
+            kind: kind.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: String::new(),
+        };
+        assert_eq!(for_transition(&t("Failed", "True", "DeadlineExceeded")).unwrap().1, "DeadlineExceeded");
+        assert!(for_transition(&t("Failed", "True", "x")).unwrap().0, "failures are warnings");
+        assert_eq!(for_transition(&t("Suspended", "False", "Resumed")).unwrap().1, "Resumed");
+        assert!(for_transition(&t("Complete", "False", "x")).is_none());
+    }
+}

@@ -1,0 +1,224 @@
+//! The watch cache of the kinds the active plugins declared (what they emit
+//! and what they read), plus the runtime snapshot ConfigMaps.
+//!
+//! One reflector per kind, started and stopped as the plugin set changes.
+//! It serves three purposes:
+//! - `host.get-object` for plugins ([`ObjectSource`]), straight from memory;
+//! - the live objects the apply step compares against (no-op resyncs);
+//! - triggers: an event on an object controlled by a TrainJob enqueues
+//!   that TrainJob.
+//!
+//! Kinds whose resource does not exist in the cluster (e.g. Volcano's
+//! PodGroup without Volcano installed) are skipped and retried when the
+//! plugin set changes or every [`RETRY_DISCOVERY`].
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+use trainforge_api::plugin::KindRef;
+use trainforge_api::trainer::v1alpha1::TrainJob;
+use trainforge_api::trainer::v1alpha1::constants::{GROUP, TRAINJOB_KIND};
+
+use crate::plugin::ObjectSource;
+
+/// How often kinds missing from discovery are looked up again.
+pub const RETRY_DISCOVERY: Duration = Duration::from_secs(30);
+
+/// Why a kind cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectsError {
+    /// Discovery does not know the kind.
+    #[error("{api_version} {kind} is not served by the API server: {reason}")]
+    Unknown {
+        /// apiVersion.
+        api_version: String,
+        /// Kind.
+        kind: String,
+        /// Discovery's answer.
+        reason: String,
+    },
+}
+
+struct Watched {
+    resource: ApiResource,
+    namespaced: bool,
+    store: Store<DynamicObject>,
+    task: JoinHandle<()>,
+}
+
+/// Reflectors for a changing set of kinds.
+pub struct ObjectCache {
+    client: kube::Client,
+    trigger: UnboundedSender<ObjectRef<TrainJob>>,
+    watched: Mutex<HashMap<KindRef, Arc<Watched>>>,
+}
+
+impl std::fmt::Debug for ObjectCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectCache").finish_non_exhaustive()
+    }
+}
+
+fn gvk(kind: &KindRef) -> GroupVersionKind {
+    let (group, version) = kind.api_version.split_once('/').unwrap_or(("", kind.api_version.as_str()));
+    GroupVersionKind::gvk(group, version, &kind.kind)
+}
+
+/// The TrainJob that controls `object`, if any.
+pub fn controller_trainjob(object: &DynamicObject) -> Option<ObjectRef<TrainJob>> {
+    let owner = object.metadata.owner_references.as_ref()?.iter().find(|o| o.controller == Some(true))?;
+    let group = owner.api_version.split('/').next().unwrap_or_default();
+    (owner.kind == TRAINJOB_KIND && group == GROUP).then(|| {
+        let r = ObjectRef::new(&owner.name);
+        match &object.metadata.namespace {
+            Some(ns) => r.within(ns),
+            None => r,
+        }
+    })
+}
+
+impl ObjectCache {
+    /// An empty cache; events on watched objects controlled by a TrainJob
+    /// are sent to `trigger`.
+    pub fn new(client: kube::Client, trigger: UnboundedSender<ObjectRef<TrainJob>>) -> Self {
+        ObjectCache { client, trigger, watched: Mutex::new(HashMap::new()) }
+    }
+
+    fn get_watched(&self, kind: &KindRef) -> Option<Arc<Watched>> {
+        self.watched.lock().ok()?.get(kind).cloned()
+    }
+
+    /// The kinds currently watched.
+    pub fn kinds(&self) -> BTreeSet<KindRef> {
+        self.watched.lock().map(|w| w.keys().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Watch exactly `kinds` (start new reflectors, stop the others) and
+    /// wait until the new ones have listed. Kinds the cluster does not serve
+    /// are returned as errors and retried on the next call.
+    pub async fn ensure(&self, kinds: &BTreeSet<KindRef>) -> Vec<ObjectsError> {
+        let mut errors = Vec::new();
+        let current = self.kinds();
+        if let Ok(mut w) = self.watched.lock() {
+            w.retain(|k, v| {
+                let keep = kinds.contains(k);
+                if !keep {
+                    info!(api_version = %k.api_version, kind = %k.kind, "stopping watch");
+                    v.task.abort();
+                }
+                keep
+            });
+        }
+        for kind in kinds.iter().filter(|k| !current.contains(k)) {
+            match self.start(kind).await {
+                Ok(w) => {
+                    if let Ok(mut map) = self.watched.lock() {
+                        map.insert(kind.clone(), Arc::new(w));
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, "kind not watched");
+                    errors.push(e);
+                }
+            }
+        }
+        for kind in kinds {
+            if let Some(w) = self.get_watched(kind) {
+                let _ = w.store.wait_until_ready().await;
+            }
+        }
+        errors
+    }
+
+    async fn start(&self, kind: &KindRef) -> Result<Watched, ObjectsError> {
+        let (resource, caps) =
+            kube::discovery::pinned_kind(&self.client, &gvk(kind)).await.map_err(|e| ObjectsError::Unknown {
+                api_version: kind.api_version.clone(),
+                kind: kind.kind.clone(),
+                reason: e.to_string(),
+            })?;
+        let namespaced = caps.scope == kube::discovery::Scope::Namespaced;
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let trigger = self.trigger.clone();
+        let label = format!("{} {}", kind.api_version, kind.kind);
+        info!(kind = %label, "starting watch");
+        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff())
+            .touched_objects();
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(object) => {
+                        if let Some(r) = controller_trainjob(&object) {
+                            let _ = trigger.send(r);
+                        }
+                    }
+                    Err(e) => warn!(kind = %label, error = %e, "watch error (retrying)"),
+                }
+            }
+        });
+        Ok(Watched { resource, namespaced, store, task })
+    }
+
+    /// The live object from the cache (`None` if absent or the kind is not
+    /// watched).
+    pub fn live(&self, kind: &KindRef, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+        let w = self.get_watched(kind)?;
+        let r = ObjectRef::new_with(name, w.resource.clone()).within(namespace);
+        w.store.get(&r)
+    }
+
+    /// How to reach a kind: from a watch, else from discovery.
+    pub async fn resource(&self, kind: &KindRef) -> Result<(ApiResource, bool), ObjectsError> {
+        if let Some(w) = self.get_watched(kind) {
+            return Ok((w.resource.clone(), w.namespaced));
+        }
+        let (resource, caps) =
+            kube::discovery::pinned_kind(&self.client, &gvk(kind)).await.map_err(|e| ObjectsError::Unknown {
+                api_version: kind.api_version.clone(),
+                kind: kind.kind.clone(),
+                reason: e.to_string(),
+            })?;
+        Ok((resource, caps.scope == kube::discovery::Scope::Namespaced))
+    }
+
+    /// Number of objects held, per kind (for figures).
+    pub fn sizes(&self) -> Vec<(KindRef, usize)> {
+        let Ok(w) = self.watched.lock() else { return Vec::new() };
+        w.iter().map(|(k, v)| (k.clone(), v.store.state().len())).collect()
+    }
+}
+
+impl Drop for ObjectCache {
+    fn drop(&mut self) {
+        if let Ok(w) = self.watched.lock() {
+            for v in w.values() {
+                v.task.abort();
+            }
+        }
+    }
+}
+
+impl ObjectSource for ObjectCache {
+    fn get(&self, kind: &KindRef, namespace: &str, name: &str) -> Result<Option<String>, String> {
+        let Some(w) = self.get_watched(kind) else {
+            return Err(format!("{} {} is not watched by the operator", kind.api_version, kind.kind));
+        };
+        let r = ObjectRef::new_with(name, w.resource.clone()).within(namespace);
+        match w.store.get(&r) {
+            None => Ok(None),
+            Some(o) => serde_json::to_string(o.as_ref()).map(Some).map_err(|e| e.to_string()),
+        }
+    }
+}

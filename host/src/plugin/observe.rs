@@ -1,0 +1,86 @@
+//! Call observation (metrics hook) and the per-plugin failure policy.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// Told about every guest call the runtime makes (every phase, and
+/// `describe` at load and in [`LoadedPlugin::describe_fresh`](super::LoadedPlugin::describe_fresh)).
+///
+/// Called on the calling thread right after the call (output checks
+/// included), so implementations must be quick and must not call plugins.
+pub trait CallObserver: Send + Sync {
+    /// `plugin`: the plugin's name (its label before `describe` answered);
+    /// `phase`: the WIT phase name (`build`, `describe`, ...); `failure`:
+    /// the [`Error::reason`](super::Error::reason) when the call failed
+    /// (`Timeout`, `ForbiddenObject`, ...); `memory_high_water_bytes`: the
+    /// largest linear memory the instance reached.
+    fn on_call(
+        &self,
+        plugin: &str,
+        phase: &str,
+        elapsed: Duration,
+        failure: Option<&'static str>,
+        memory_high_water_bytes: usize,
+    );
+}
+
+/// The runtime's observer, shared with every plugin it loaded (so
+/// [`PluginRuntime::set_observer`](super::PluginRuntime::set_observer) also
+/// covers plugins loaded earlier).
+#[derive(Default)]
+pub(crate) struct ObserverSlot(RwLock<Option<Arc<dyn CallObserver>>>);
+
+impl ObserverSlot {
+    pub(crate) fn new(observer: Option<Arc<dyn CallObserver>>) -> Self {
+        ObserverSlot(RwLock::new(observer))
+    }
+
+    pub(crate) fn set(&self, observer: Option<Arc<dyn CallObserver>>) {
+        match self.0.write() {
+            Ok(mut g) => *g = observer,
+            Err(poisoned) => *poisoned.into_inner() = observer,
+        }
+    }
+
+    pub(crate) fn notify(
+        &self,
+        plugin: &str,
+        phase: &str,
+        elapsed: Duration,
+        failure: Option<&'static str>,
+        high_water: usize,
+    ) {
+        let observer = match self.0.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        if let Some(o) = observer {
+            o.on_call(plugin, phase, elapsed, failure, high_water);
+        }
+    }
+}
+
+/// What a pass does when one plugin fails (in any phase).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum FailurePolicy {
+    /// The pass stops with the plugin's error.
+    #[default]
+    Fail,
+    /// The failure is logged and reported as a warning; the plugin's
+    /// contribution to that phase is skipped and the pass goes on.
+    Ignore,
+}
+
+impl std::fmt::Display for FailurePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FailurePolicy::Fail => "Fail",
+            FailurePolicy::Ignore => "Ignore",
+        })
+    }
+}
+
+/// The warning a pass reports for an ignored failure.
+pub(crate) fn ignored_warning(plugin: &str, phase: &str, error: &super::Error) -> String {
+    format!("plugin {plugin} failed in phase {phase} ({}), ignored (failurePolicy Ignore): {error}", error.reason())
+}

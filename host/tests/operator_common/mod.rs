@@ -1,0 +1,313 @@
+//! Shared pieces of the operator end-to-end tests: the operator binary as a
+//! child process (killed with the test process), applying YAML, reading
+//! objects and metrics.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use serde_json::Value;
+use trainforge_testenv::TestEnv;
+use trainforge_testenv::process::{Proc, spawn};
+
+/// Workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Print to the real stderr (not captured by libtest), for figures.
+pub fn report(text: &str) {
+    let _ = writeln!(std::io::stderr(), "{text}");
+}
+
+type Job = Box<dyn FnOnce(&mut Option<Proc>) + Send>;
+
+/// The operator binary running against a test environment. The process is
+/// owned by a thread that lives as long as the test process, so it dies
+/// with it (PDEATHSIG) even when tests panic.
+pub struct Operator {
+    tx: mpsc::Sender<Job>,
+    /// `host:port` of `/metrics`.
+    pub metrics: String,
+    /// The operator's log file.
+    pub log: PathBuf,
+    args: Vec<String>,
+    kubeconfig: PathBuf,
+}
+
+fn operator_args(metrics: &str, cache: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "operator",
+        "--metrics-bind-address",
+        metrics,
+        "--health-probe-bind-address",
+        metrics,
+        "--plugin-cache-dir",
+        cache.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+impl Operator {
+    /// Start `trainforge operator` with `extra` flags.
+    pub fn start(env: &TestEnv, name: &str, extra: &[&str]) -> Operator {
+        let port = trainforge_testenv::ports::free_port().unwrap();
+        let metrics = format!("127.0.0.1:{port}");
+        let cache = env.dir().join("plugin-cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        let logs = env.dir().join("logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        let args = operator_args(&metrics, &cache, extra);
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::spawn(move || {
+            let mut proc: Option<Proc> = None;
+            while let Ok(job) = rx.recv() {
+                job(&mut proc);
+            }
+            // Keep the thread (and so the child) alive until the process ends.
+            loop {
+                std::thread::park();
+            }
+        });
+        let op = Operator { tx, metrics, log: logs.join(format!("{name}.log")), args, kubeconfig: env.kubeconfig().to_path_buf() };
+        op.spawn(name, &logs);
+        op
+    }
+
+    fn run<R: Send + 'static>(&self, f: impl FnOnce(&mut Option<Proc>) -> R + Send + 'static) -> R {
+        let (rtx, rrx) = mpsc::channel();
+        self.tx
+            .send(Box::new(move |p: &mut Option<Proc>| {
+                let _ = rtx.send(f(p));
+            }))
+            .unwrap();
+        rrx.recv().unwrap()
+    }
+
+    fn spawn(&self, name: &str, logs: &Path) {
+        let (name, logs, args, kubeconfig) =
+            (name.to_owned(), logs.to_path_buf(), self.args.clone(), self.kubeconfig.clone());
+        self.run(move |p| {
+            let bin = PathBuf::from(env!("CARGO_BIN_EXE_trainforge"));
+            let kc = kubeconfig.to_str().unwrap().to_owned();
+            let env = [
+                ("KUBECONFIG", kc.as_str()),
+                ("RUST_LOG", "info,kube=warn,tower=warn,hyper=warn"),
+                ("TRAINFORGE_LOG_FORMAT", "text"),
+                ("POD_NAMESPACE", "default"),
+            ];
+            *p = Some(spawn(&name, &bin, &args, &logs, &env).unwrap());
+        });
+    }
+
+    /// Kill the operator at once (SIGKILL), as a crash would.
+    pub fn kill(&self) {
+        self.run(|p| {
+            if let Some(mut proc) = p.take() {
+                proc.stop(Duration::ZERO);
+            }
+        });
+    }
+
+    /// Start it again after [`Operator::kill`] (same flags, log appended as `<name>-2`).
+    pub fn restart(&self, name: &str) {
+        let logs = self.log.parent().unwrap().to_path_buf();
+        self.spawn(name, &logs);
+    }
+
+    /// Peak resident memory of the operator process, KiB.
+    pub fn peak_rss_kib(&self) -> Option<u64> {
+        self.run(|p| p.as_ref().and_then(Proc::peak_rss_kib))
+    }
+
+    /// The Prometheus text of `/metrics` (waits up to 60 s for the server).
+    pub async fn scrape(&self) -> String {
+        let url = format!("http://{}/metrics", self.metrics);
+        let client = http();
+        for _ in 0..300 {
+            if let Ok(r) = client.get(&url).send().await {
+                if let Ok(t) = r.text().await {
+                    return t;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("no /metrics at {url}; log:\n{}", self.log_tail(60));
+    }
+
+    /// Wait until `/readyz` answers 200.
+    pub async fn wait_ready(&self) {
+        let url = format!("http://{}/readyz", self.metrics);
+        let client = http();
+        for _ in 0..600 {
+            if let Ok(r) = client.get(&url).send().await {
+                if r.status().is_success() {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("operator never ready; log:\n{}", self.log_tail(80));
+    }
+
+    /// Wait until `/healthz` answers (a standby replica is alive but not ready).
+    pub async fn wait_ready_or_standby(&self) {
+        let url = format!("http://{}/healthz", self.metrics);
+        let client = http();
+        for _ in 0..600 {
+            if client.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("operator never alive; log:\n{}", self.log_tail(80));
+    }
+
+    /// The last lines of the log.
+    pub fn log_tail(&self, n: usize) -> String {
+        trainforge_testenv::process::log_tail(&self.log, n)
+    }
+}
+
+fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+/// Sum of the samples of metric `name` whose labels include every `labels` pair.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+            if n != name {
+                return None;
+            }
+            labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+/// Server-side apply any object (discovery finds its resource).
+pub async fn apply(client: &kube::Client, object: &Value) -> Value {
+    let api = dynamic_api(client, object).await;
+    let name = object["metadata"]["name"].as_str().unwrap();
+    let o = api.patch(name, &PatchParams::apply("e2e-test").force(), &Patch::Apply(object)).await;
+    serde_json::to_value(o.unwrap_or_else(|e| panic!("applying {name}: {e}"))).unwrap()
+}
+
+async fn dynamic_api(client: &kube::Client, object: &Value) -> Api<DynamicObject> {
+    let (group, version) = object["apiVersion"].as_str().unwrap().split_once('/').unwrap_or(("", object["apiVersion"].as_str().unwrap()));
+    let gvk = GroupVersionKind::gvk(group, version, object["kind"].as_str().unwrap());
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    match (caps.scope, object["metadata"]["namespace"].as_str()) {
+        (kube::discovery::Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &ar),
+        (kube::discovery::Scope::Namespaced, None) => Api::default_namespaced_with(client.clone(), &ar),
+        _ => Api::all_with(client.clone(), &ar),
+    }
+}
+
+/// Every YAML document of a file, with `namespace` set when given.
+pub fn docs(path: &Path, namespace: Option<&str>) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut out = trainforge_testenv::manifests::parse_yaml_docs(&text).unwrap();
+    if let Some(ns) = namespace {
+        for d in &mut out {
+            d["metadata"]["namespace"] = Value::String(ns.into());
+        }
+    }
+    out
+}
+
+/// Apply the default plugin configuration (`manifests/plugins/*.yaml`).
+pub async fn apply_default_plugins(client: &kube::Client) {
+    let dir = root().join("manifests/plugins");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml") && p.file_name().is_some_and(|n| n != "kustomization.yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no plugin configs in {}", dir.display());
+    for f in files {
+        for d in docs(&f, None) {
+            apply(client, &d).await;
+        }
+    }
+}
+
+/// Get an object as JSON (`None` if absent).
+pub async fn get(client: &kube::Client, api_version: &str, kind: &str, ns: Option<&str>, name: &str) -> Option<Value> {
+    let mut probe = serde_json::json!({"apiVersion": api_version, "kind": kind, "metadata": {}});
+    if let Some(ns) = ns {
+        probe["metadata"]["namespace"] = Value::String(ns.into());
+    }
+    let api = dynamic_api(client, &probe).await;
+    api.get_opt(name).await.unwrap().map(|o| serde_json::to_value(o).unwrap())
+}
+
+/// Delete an object (background propagation; absent is fine).
+pub async fn delete(client: &kube::Client, api_version: &str, kind: &str, ns: Option<&str>, name: &str) {
+    let mut probe = serde_json::json!({"apiVersion": api_version, "kind": kind, "metadata": {}});
+    if let Some(ns) = ns {
+        probe["metadata"]["namespace"] = Value::String(ns.into());
+    }
+    let api = dynamic_api(client, &probe).await;
+    let _ = api.delete(name, &DeleteParams::background()).await;
+}
+
+/// The TrainJob as JSON.
+pub async fn trainjob(client: &kube::Client, ns: &str, name: &str) -> Option<Value> {
+    get(client, "trainer.kubeflow.org/v1alpha1", "TrainJob", Some(ns), name).await
+}
+
+/// The condition of `type_`, if any.
+pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == type_)
+}
+
+/// Whether the condition is `True`.
+pub fn is_true(obj: &Value, type_: &str) -> bool {
+    condition(obj, type_).is_some_and(|c| c["status"] == "True")
+}
+
+/// Poll `f` every 200 ms until `Some`, panicking after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A TrainJob of `runtime` (a ClusterTrainingRuntime unless `kind` says otherwise).
+pub fn trainjob_object(ns: &str, name: &str, runtime: &str, spec_extra: Value) -> Value {
+    let mut spec = serde_json::json!({"runtimeRef": {"name": runtime}});
+    if let (Some(s), Value::Object(extra)) = (spec.as_object_mut(), spec_extra) {
+        s.extend(extra);
+    }
+    serde_json::json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    })
+}
