@@ -71,14 +71,15 @@ fn has_rule(node: &Value, rule: cel::CelRule) -> bool {
 }
 
 #[test]
-fn three_crds_with_controller_gen_file_names() {
+fn four_crds_with_controller_gen_file_names() {
     let names: Vec<String> = all_crds().unwrap().iter().map(file_name).collect();
     assert_eq!(
         names,
         [
             "trainer.kubeflow.org_trainjobs.yaml",
             "trainer.kubeflow.org_trainingruntimes.yaml",
-            "trainer.kubeflow.org_clustertrainingruntimes.yaml"
+            "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+            "trainforge.dev_clustertrainerplugins.yaml"
         ]
     );
     let ctr = crd_json("clustertrainingruntimes");

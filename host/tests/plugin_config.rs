@@ -416,6 +416,19 @@ async fn default_plugins_hot_swap_refuse_and_roll_back() {
     assert_eq!(condition(&p, "Ready").unwrap().1, "Serving");
     assert_eq!(ids(&op.catalog.current()), ids(&builtin));
 
+    // A file:// URL (on the operator's file system) serves too.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("minimal.wasm");
+    std::fs::copy(minimal_wasm(), &path).unwrap();
+    let url = format!("file://{}", path.display());
+    let patch = json!({"spec": {"source": {"builtin": null, "url": url}, "sha256": d_min}});
+    api.patch("plainml", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    op.until("the file:// module to serve", |c| c.serving_digest("plainml") == Some(d_min.clone())).await;
+    let p = wait_cr(&api, "plainml", "serving from file://", |p| condition(p, "Degraded").is_some_and(|c| c.0 == "False")).await;
+    assert!(condition(&p, "Fetched").unwrap().2.contains(&url), "{}", status_of(&p));
+    api.patch("plainml", &PatchParams::default(), &Patch::Merge(json!({"spec": {"source": {"builtin": "plainml", "url": null}, "sha256": null}}))).await.unwrap();
+    op.until("the builtin to serve again", |c| c.serving_digest("plainml") == Some(d_plainml.clone())).await;
+
     // A second CR serving an already-served plugin name is refused.
     let twin = cr("plainml-twin", &ns, json!({"source": {"builtin": "plainml"}, "order": 1}));
     api.create(&PostParams::default(), &twin).await.unwrap();

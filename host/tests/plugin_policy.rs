@@ -136,8 +136,11 @@ fn phases_narrow_what_is_called() {
     assert!(v.errors.is_empty(), "validate was not called");
 }
 
+/// plugin, phase, failure reason, memory high-water.
+type Call = (String, String, Option<&'static str>, usize);
+
 #[derive(Default)]
-struct Recorder(Mutex<Vec<(String, String, Option<&'static str>, usize)>>);
+struct Recorder(Mutex<Vec<Call>>);
 
 impl CallObserver for Recorder {
     fn on_call(&self, plugin: &str, phase: &str, elapsed: Duration, failure: Option<&'static str>, high_water: usize) {

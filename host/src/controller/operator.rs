@@ -108,11 +108,10 @@ pub async fn run(client: kube::Client, args: OperatorArgs, shutdown: Cancellatio
     let router = health::router(metrics.clone(), readiness.clone());
     let mut addrs = Vec::new();
     for text in [&args.health_probe_bind_address, &args.metrics_bind_address] {
-        if let Some(addr) = health::parse_bind_address(text)? {
-            if !addrs.contains(&addr) {
+        if let Some(addr) = health::parse_bind_address(text)?
+            && !addrs.contains(&addr) {
                 addrs.push(addr);
             }
-        }
     }
     for addr in addrs {
         let server = health::Server::bind(addr, router.clone()).await?;

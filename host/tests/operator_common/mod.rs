@@ -133,11 +133,10 @@ impl Operator {
         let url = format!("http://{}/metrics", self.metrics);
         let client = http();
         for _ in 0..300 {
-            if let Ok(r) = client.get(&url).send().await {
-                if let Ok(t) = r.text().await {
+            if let Ok(r) = client.get(&url).send().await
+                && let Ok(t) = r.text().await {
                     return t;
                 }
-            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         panic!("no /metrics at {url}; log:\n{}", self.log_tail(60));
@@ -148,11 +147,10 @@ impl Operator {
         let url = format!("http://{}/readyz", self.metrics);
         let client = http();
         for _ in 0..600 {
-            if let Ok(r) = client.get(&url).send().await {
-                if r.status().is_success() {
+            if let Ok(r) = client.get(&url).send().await
+                && r.status().is_success() {
                     return;
                 }
-            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         panic!("operator never ready; log:\n{}", self.log_tail(80));

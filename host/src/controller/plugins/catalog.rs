@@ -140,6 +140,9 @@ struct State {
     entries: BTreeMap<String, Entry>,
     /// UIDs of the CRs in the initial list, until each has been attempted.
     initial: Option<BTreeSet<String>>,
+    /// UIDs of deleted CRs: a reconcile still loading one when it was
+    /// deleted must not put it back.
+    deleted: BTreeSet<String>,
     kinds: BTreeSet<KindRef>,
 }
 
@@ -279,6 +282,9 @@ impl PluginCatalog {
 
     fn commit_with(&self, name: &str, uid: &str, mut attempt: Attempt, candidate: Option<Serving>, restored: bool) -> Entry {
         let mut state = self.lock();
+        if state.deleted.contains(uid) {
+            return Entry { uid: uid.to_owned(), attempt: Some(attempt), serving: None };
+        }
         let previous = state.entries.get(name).filter(|e| e.uid == uid).and_then(|e| e.serving.clone());
         let mut serving = previous;
         if let Some(c) = candidate {
@@ -305,10 +311,20 @@ impl PluginCatalog {
         entry
     }
 
-    /// Forget CR `name` (deleted) and take its plugin out of service.
-    pub(crate) fn remove(&self, name: &str) {
+    /// Forget CR `name` (deleted; `uid` when known) and take its plugin out
+    /// of service.
+    pub(crate) fn remove(&self, name: &str, uid: Option<&str>) {
         let mut state = self.lock();
-        if let Some(e) = state.entries.remove(name) {
+        if let Some(uid) = uid {
+            state.deleted.insert(uid.to_owned());
+            if let Some(initial) = state.initial.as_mut() {
+                initial.remove(uid);
+            }
+        }
+        if state.entries.get(name).is_some_and(|e| uid.is_none_or(|u| u == e.uid))
+            && let Some(e) = state.entries.remove(name)
+        {
+            state.deleted.insert(e.uid.clone());
             if let Some(initial) = state.initial.as_mut() {
                 initial.remove(&e.uid);
             }
@@ -324,7 +340,7 @@ impl PluginCatalog {
     pub(crate) fn retain(&self, present: &BTreeSet<String>) {
         let gone: Vec<String> = self.lock().entries.keys().filter(|n| !present.contains(*n)).cloned().collect();
         for name in gone {
-            self.remove(&name);
+            self.remove(&name, None);
         }
     }
 
@@ -402,4 +418,74 @@ fn clash(state: &State, name: &str, candidate: &Serving) -> Result<(), (String, 
         }
     }
     build(others.chain(std::iter::once((name, candidate)))).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::controller::plugins::fetch::find_builtin;
+    use crate::plugin::{NoObjects, RuntimeConfig};
+
+    fn catalog() -> PluginCatalog {
+        PluginCatalog::new(Arc::new(PluginRuntime::new(RuntimeConfig::default()).unwrap()), Arc::new(NoObjects))
+    }
+
+    /// A builtin loaded as CR generation 1 with `order`; `None` when the
+    /// builtins are not embedded (`TRAINFORGE_SKIP_BUILTIN_PLUGINS`).
+    fn serving(c: &PluginCatalog, builtin: &str, order: i32) -> Option<Serving> {
+        let b = find_builtin(builtin)?;
+        let p = c.runtime().load(b.source()).unwrap();
+        Some(Serving::new(p, ClusterTrainerPluginSpec::default(), 1, order, None, None))
+    }
+
+    fn ok() -> Attempt {
+        Attempt::succeeded(1, vec![Stage::ok("Fetched", ""), Stage::ok("Verified", ""), Stage::ok("Compiled", "")])
+    }
+
+    fn names(c: &PluginCatalog) -> Vec<String> {
+        c.current().plugins().iter().map(|p| p.name().to_owned()).collect()
+    }
+
+    #[test]
+    fn swaps_sort_by_order_then_name_and_refuse_clashes() {
+        let c = catalog();
+        let (Some(jax), Some(plainml), Some(twin)) = (serving(&c, "jax", 5), serving(&c, "plainml", 5), serving(&c, "plainml", 0))
+        else {
+            return;
+        };
+        let rx = c.subscribe();
+        c.set_initial(["u1".to_owned(), "u2".to_owned()].into());
+        c.commit("zeta", "u1", ok(), Some(jax));
+        assert!(!c.is_synced(), "one of two initial CRs attempted");
+        c.commit("alpha", "u2", ok(), Some(plainml));
+        assert!(c.is_synced());
+        // Same order: by CR name ("alpha" before "zeta").
+        assert_eq!(names(&c), ["plainml", "jax"]);
+        assert_eq!(*rx.borrow(), 2);
+        let declared = |c: &PluginCatalog| -> BTreeSet<KindRef> {
+            let set = c.current();
+            set.plugins().iter().flat_map(|p| p.descriptor().emits.iter().chain(&p.descriptor().reads).cloned().collect::<Vec<_>>()).collect()
+        };
+        assert_eq!(c.kinds(), declared(&c));
+
+        // A second CR with an already-served plugin name: refused, set unchanged.
+        let e = c.commit("beta", "u3", ok(), Some(twin));
+        assert!(e.serving.is_none());
+        let a = e.attempt.unwrap();
+        assert_eq!(a.failure.as_ref().unwrap().0, reason::DUPLICATE_NAME);
+        assert_eq!(a.stages[2].status, "False");
+        assert_eq!(names(&c), ["plainml", "jax"]);
+        assert_eq!(*rx.borrow(), 2, "no swap");
+
+        // Deleting takes the plugin out; a late commit for a deleted CR is dropped.
+        c.remove("alpha", Some("u2"));
+        assert_eq!(names(&c), ["jax"]);
+        assert_eq!(c.kinds(), declared(&c));
+        let late = serving(&c, "plainml", 0).unwrap();
+        c.commit("alpha", "u2", ok(), Some(late));
+        assert_eq!(names(&c), ["jax"]);
+        assert_eq!(c.serving_digest("alpha"), None);
+    }
 }

@@ -75,7 +75,7 @@ pub async fn run_with(
                 Ok(watcher::Event::Delete(obj)) => {
                     let name = obj.metadata.name.clone().unwrap_or_default();
                     tracing::info!(plugin = %name, "ClusterTrainerPlugin deleted; taking its plugin out of service");
-                    catalog.remove(&name);
+                    catalog.remove(&name, obj.metadata.uid.as_deref());
                 }
                 Ok(watcher::Event::InitDone) => {
                     let state = store.state();
@@ -98,7 +98,7 @@ pub async fn run_with(
             Ok(_) => {}
             Err(ControllerError::ObjectNotFound(obj)) => {
                 tracing::debug!(plugin = %obj.name, "ClusterTrainerPlugin gone before its reconcile");
-                catalog.remove(&obj.name);
+                catalog.remove(&obj.name, None);
             }
             Err(ControllerError::ReconcilerFailed(e, obj)) => {
                 tracing::warn!(plugin = %obj.name, error = %e, "reconcile failed");
@@ -137,11 +137,17 @@ async fn reconcile_inner(
             match (&attempt.failure, candidate) {
                 (None, candidate) => catalog.commit(&name, &uid, attempt, candidate),
                 (Some((r, m)), _) => {
-                    tracing::warn!(reason = %r, message = %m, "plugin version refused; the previous version (if any) keeps serving");
+                    let again = previous.as_ref().and_then(|e| e.attempt.as_ref()).is_some_and(|a| a.failure == attempt.failure);
+                    if again {
+                        tracing::debug!(reason = %r, "retried plugin version refused again");
+                    } else {
+                        tracing::warn!(reason = %r, message = %m, "plugin version refused; the previous version (if any) keeps serving");
+                    }
                     let serving = previous.as_ref().is_some_and(|e| e.serving.is_some());
-                    match restore(&name, &obj, &ctx).await {
-                        Some(last_good) if !serving => catalog.commit_restored(&name, &uid, attempt, last_good),
-                        _ => catalog.commit(&name, &uid, attempt, None),
+                    let restored = if serving { None } else { restore(&name, &obj, &ctx).await };
+                    match restored {
+                        Some(last_good) => catalog.commit_restored(&name, &uid, attempt, last_good),
+                        None => catalog.commit(&name, &uid, attempt, None),
                     }
                 }
             }

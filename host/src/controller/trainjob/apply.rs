@@ -88,13 +88,6 @@ impl AppliedMemo {
             seen.insert(key(object), (digest(object), rv));
         }
     }
-
-    /// Forget a TrainJob's objects (it was deleted).
-    pub fn forget_namespace_name(&self, namespace: &str, prefix: &str) {
-        if let Ok(mut seen) = self.seen.lock() {
-            seen.retain(|(_, _, ns, name), _| !(ns == namespace && name.starts_with(prefix)));
-        }
-    }
 }
 
 /// Whether every field of `desired` is in `live` with the same value. Lists
@@ -185,7 +178,5 @@ mod tests {
         assert!(!memo.matches(&obj, Some("8")), "someone else wrote it");
         let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}, "data": {"k": "w"}});
         assert!(!memo.matches(&other, Some("7")), "desired state changed");
-        memo.forget_namespace_name("n", "a");
-        assert!(!memo.matches(&obj, Some("7")));
     }
 }

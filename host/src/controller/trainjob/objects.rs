@@ -55,6 +55,14 @@ struct Watched {
     task: JoinHandle<()>,
 }
 
+impl Watched {
+    /// The store key; cluster-scoped kinds ignore the namespace.
+    fn key(&self, namespace: &str, name: &str) -> ObjectRef<DynamicObject> {
+        let r = ObjectRef::new_with(name, self.resource.clone());
+        if self.namespaced { r.within(namespace) } else { r }
+    }
+}
+
 /// Reflectors for a changing set of kinds.
 pub struct ObjectCache {
     client: kube::Client,
@@ -139,14 +147,19 @@ impl ObjectCache {
         errors
     }
 
-    async fn start(&self, kind: &KindRef) -> Result<Watched, ObjectsError> {
+    /// The resource of a kind, and whether it is namespaced, from discovery.
+    async fn discover(&self, kind: &KindRef) -> Result<(ApiResource, bool), ObjectsError> {
         let (resource, caps) =
             kube::discovery::pinned_kind(&self.client, &gvk(kind)).await.map_err(|e| ObjectsError::Unknown {
                 api_version: kind.api_version.clone(),
                 kind: kind.kind.clone(),
                 reason: e.to_string(),
             })?;
-        let namespaced = caps.scope == kube::discovery::Scope::Namespaced;
+        Ok((resource, caps.scope == kube::discovery::Scope::Namespaced))
+    }
+
+    async fn start(&self, kind: &KindRef) -> Result<Watched, ObjectsError> {
+        let (resource, namespaced) = self.discover(kind).await?;
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
@@ -175,8 +188,7 @@ impl ObjectCache {
     /// watched).
     pub fn live(&self, kind: &KindRef, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
         let w = self.get_watched(kind)?;
-        let r = ObjectRef::new_with(name, w.resource.clone()).within(namespace);
-        w.store.get(&r)
+        w.store.get(&w.key(namespace, name))
     }
 
     /// How to reach a kind: from a watch, else from discovery.
@@ -184,19 +196,7 @@ impl ObjectCache {
         if let Some(w) = self.get_watched(kind) {
             return Ok((w.resource.clone(), w.namespaced));
         }
-        let (resource, caps) =
-            kube::discovery::pinned_kind(&self.client, &gvk(kind)).await.map_err(|e| ObjectsError::Unknown {
-                api_version: kind.api_version.clone(),
-                kind: kind.kind.clone(),
-                reason: e.to_string(),
-            })?;
-        Ok((resource, caps.scope == kube::discovery::Scope::Namespaced))
-    }
-
-    /// Number of objects held, per kind (for figures).
-    pub fn sizes(&self) -> Vec<(KindRef, usize)> {
-        let Ok(w) = self.watched.lock() else { return Vec::new() };
-        w.iter().map(|(k, v)| (k.clone(), v.store.state().len())).collect()
+        self.discover(kind).await
     }
 }
 
@@ -215,8 +215,7 @@ impl ObjectSource for ObjectCache {
         let Some(w) = self.get_watched(kind) else {
             return Err(format!("{} {} is not watched by the operator", kind.api_version, kind.kind));
         };
-        let r = ObjectRef::new_with(name, w.resource.clone()).within(namespace);
-        match w.store.get(&r) {
+        match w.store.get(&w.key(namespace, name)) {
             None => Ok(None),
             Some(o) => serde_json::to_string(o.as_ref()).map(Some).map_err(|e| e.to_string()),
         }

@@ -172,11 +172,10 @@ impl Reconcile<'_> {
         let transitions = conditions::transitions(&old_status, &status);
         self.write_status(&old_status, &status).await?;
         for t in &transitions {
-            if let Some((warning, reason, note)) = events::for_transition(t) {
-                if events::publish(self.ctx, job, warning, &reason, ACTION_RECONCILING, note).await {
+            if let Some((warning, reason, note)) = events::for_transition(t)
+                && events::publish(self.ctx, job, warning, &reason, ACTION_RECONCILING, note).await {
                     self.writes += 1;
                 }
-            }
         }
         if self.writes == 0 {
             self.ctx.metrics.noop_resync();
@@ -275,8 +274,13 @@ impl Reconcile<'_> {
                     crate::pipeline::info::runtime_info(&merged).map_err(|e| StatusFailure::Failed(e.to_string()))?
                 }
             };
-            match plugins.status(&job_json, &info) {
-                Ok(s) => Ok(s),
+            match plugins.status_report(&job_json, &info) {
+                Ok(out) => {
+                    for w in &out.warnings {
+                        warn!(warning = %w, "status plugin failure ignored by its failurePolicy");
+                    }
+                    Ok(out.status)
+                }
                 Err(plugin::Error::Plugin { error: PluginError::Unavailable(why), .. }) => Err(StatusFailure::Unavailable(why)),
                 Err(e) => Err(StatusFailure::Failed(e.to_string())),
             }

@@ -155,7 +155,7 @@ mod tests {
         }
     }
 
-    const RT: &str = "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainingRuntime\nmetadata:\n  name: rt\n  namespace: n\nspec:\n  template:\n    spec:\n      replicatedJobs: []\n";
+    const RT: &str = "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainingRuntime\nmetadata:\n  name: rt\n  namespace: team\nspec:\n  template:\n    spec:\n      replicatedJobs: []\n";
 
     #[test]
     fn snapshot_is_used_and_checked() {
