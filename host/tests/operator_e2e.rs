@@ -382,3 +382,32 @@ async fn the_snapshot_keeps_a_running_job_on_its_original_runtime() {
     let js = get(&client, JOBSET, "JobSet", Some(&ns), "snap").await.unwrap();
     assert_eq!(js["metadata"]["labels"]["version"], "one", "the runtime edit did not reach the running job");
 }
+
+#[tokio::test]
+async fn unsupported_runtime_kind_fails_with_upstreams_condition() {
+    let Some((env, _op, client)) = setup().await else { return };
+    let ns = env.create_namespace("e2e-kind").await.unwrap();
+    let tj = trainjob_object(
+        &ns,
+        "odd",
+        "torch-distributed",
+        json!({"runtimeRef": {"name": "torch-distributed", "kind": "PyTorchJob", "apiGroup": "kubeflow.org"}}),
+    );
+    apply(&client, &tj).await;
+    let failed = eventually("Failed/TrainingRuntimeNotSupported", TIMEOUT, || async {
+        let t = trainjob(&client, &ns, "odd").await?;
+        is_true(&t, "Failed").then_some(t)
+    })
+    .await;
+    let c = condition(&failed, "Failed").unwrap();
+    assert_eq!(c["reason"], "TrainingRuntimeNotSupported");
+    assert_eq!(c["message"], "unsupported runtime: PyTorchJob.kubeflow.org");
+    assert!(get(&client, JOBSET, "JobSet", Some(&ns), "odd").await.is_none());
+    let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
+    let ev = eventually("TrainingRuntimeNotSupported Event", TIMEOUT, || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(|e| e.reason.as_deref() == Some("TrainingRuntimeNotSupported"))
+    })
+    .await;
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+}

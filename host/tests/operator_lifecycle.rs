@@ -184,6 +184,17 @@ async fn plugin_versions_swap_roll_back_and_bad_modules_are_refused() {
     assert_eq!(a["data"]["greeting"], "v1", "existing objects are not rewritten by a config change of a finished phase");
     let errors_after = metric(&op.scrape().await, "trainforge_reconcile_errors_total", &[]);
     assert_eq!(errors_after, errors_before, "no reconcile errors during the swap");
+    let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
+    let failures: Vec<String> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .map(|e| format!("{:?}: {:?}", e.reason, e.note))
+        .collect();
+    assert!(failures.is_empty(), "no warnings for the TrainJobs created during the swap: {failures:?}");
 
     // A corrupt module with a matching digest: refused, v2 keeps serving.
     let junk = b"\0asm\x0d\0\x01\0this is not a component".to_vec();
@@ -423,12 +434,27 @@ async fn figures_latency_writes_noop_resync_and_memory() {
     })
     .await;
     let rss = op.peak_rss_kib().unwrap_or(0);
+    let now = op.rss_kib().unwrap_or(0);
     report(&format!(
-        "FIGURE {many} TrainJobs created and reconciled to JobSets in {:.1}s; operator peak RSS {:.1} MiB",
+        "FIGURE {many} TrainJobs created and reconciled to JobSets in {:.1}s; operator RSS {:.1} MiB after, \
+         peak {:.1} MiB over its life (includes compiling the plugins at start)",
         start.elapsed().as_secs_f64(),
+        now as f64 / 1024.0,
         rss as f64 / 1024.0
     ));
     assert!(rss > 0);
+    // Leave a quiet cluster to the next scenario (its resyncs would keep the operator busy).
+    delete(client, "v1", "Namespace", None, &ns).await;
+    let trainjobs = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        client.clone(),
+        &ns,
+        &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", "TrainJob")),
+    );
+    eventually("scale TrainJobs deleted", Duration::from_secs(600), || async {
+        let list = trainjobs.list_metadata(&Default::default()).await.ok()?;
+        list.items.is_empty().then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -96,7 +96,12 @@ const TABLES_PER_CALL: u32 = 4;
 /// `memset`) between calls, so the next call does not page-fault its heap
 /// in again. Used only with `PAGEMAP_SCAN` (Linux ≥ 6.7), which resets
 /// just the pages a call dirtied; without it only a small prefix is kept.
-const KEEP_RESIDENT_WITH_SCAN: usize = 16 << 20;
+/// With [`MAX_WARM_SLOTS`] this bounds what idle slots keep resident
+/// (16 × 4 MiB per memory): at 16 MiB × 64 slots an operator with many
+/// TrainJobs reached 680 MiB RSS.
+const KEEP_RESIDENT_WITH_SCAN: usize = 4 << 20;
+/// Idle slots kept warm (their module image stays mapped for its next call).
+const MAX_WARM_SLOTS: u32 = 16;
 const KEEP_RESIDENT_WITHOUT_SCAN: usize = 256 << 10;
 
 fn base_config() -> Config {
@@ -132,7 +137,7 @@ fn pooling(max_calls: u32, scan: bool) -> PoolingAllocationConfig {
         .table_elements(100_000)
         // Slots freed by one plugin are reused by the next call of the same
         // module first (its image is already mapped).
-        .max_unused_warm_slots(max_calls.min(64))
+        .max_unused_warm_slots(max_calls.min(MAX_WARM_SLOTS))
         .table_keep_resident(64 << 10);
     if scan {
         p.pagemap_scan(Enabled::Yes).linear_memory_keep_resident(KEEP_RESIDENT_WITH_SCAN);

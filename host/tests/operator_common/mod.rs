@@ -128,6 +128,11 @@ impl Operator {
         self.run(|p| p.as_ref().and_then(Proc::peak_rss_kib))
     }
 
+    /// Resident memory of the operator process now, KiB.
+    pub fn rss_kib(&self) -> Option<u64> {
+        self.run(|p| p.as_ref().and_then(Proc::rss_kib))
+    }
+
     /// The Prometheus text of `/metrics` (waits up to 60 s for the server).
     pub async fn scrape(&self) -> String {
         let url = format!("http://{}/metrics", self.metrics);
