@@ -166,8 +166,12 @@ impl ObjectCache {
         let trigger = self.trigger.clone();
         let label = format!("{} {}", kind.api_version, kind.kind);
         info!(kind = %label, "starting watch");
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff())
-            .touched_objects();
+        // managedFields are never read from the cache and are the bulk of
+        // an applied object's size: drop them before they are stored.
+        let events = watcher(api, watcher::Config::default()).default_backoff().modify(|o| {
+            o.metadata.managed_fields = None;
+        });
+        let stream = reflector::reflector(writer, events).touched_objects();
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(item) = stream.next().await {
