@@ -83,7 +83,7 @@ fn artifacts_are_cached_on_disk_and_in_memory() {
     let (p, o) = rt.load_traced(PluginSource::new("m", bytes.clone())).unwrap();
     assert_eq!(o, CacheOutcome::Disk);
     assert_eq!(p.name(), "minimal");
-    // A tampered artifact is ignored (recompiled), never loaded.
+    // A corrupted artifact is ignored (recompiled), never loaded.
     for e in std::fs::read_dir(dir.path()).unwrap() {
         let path = e.unwrap().path();
         if path.extension().is_some_and(|x| x == "cwasm") {

@@ -2,30 +2,31 @@
 
 use crate::host::Host;
 use k8s_openapi::api::core::v1::{EnvVar, Volume, VolumeMount};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use crate::lazy_info::InfoCell;
 use std::cell::OnceCell;
-use trainforge_api::plugin::{Info, KindRef, PluginError, PodSet, RuntimePolicy};
+use trainforge_api::plugin::{Info, KindRef, PluginError, PodSet};
 
 /// Input of a reconcile phase: the TrainJob and info as modified by earlier
 /// phases, the plugin's configuration, and the host.
 ///
-/// Reading is free; mutating through [`PhaseContext::info_mut`] or
+/// Reading is free; mutating through [`PhaseContext::info_mut`],
+/// [`PhaseContext::pod_set_mut`] (and the edit helpers) or
 /// [`PhaseContext::trainjob_mut`] marks the value as changed so it is sent
 /// back to the host (unchanged values are not re-serialised).
 ///
-/// In a Wasm call the TrainJob and info are parsed lazily, on first use:
-/// a phase that only looks at a policy ([`PhaseContext::policy`]) and the
-/// TrainJob's name never pays for parsing the whole info.
+/// In a Wasm call the TrainJob and info are parsed lazily, as far as the
+/// phase reads them: [`PhaseContext::policy`], [`PhaseContext::pod_set`] and
+/// the edit helpers parse only the policy or the one pod set they touch, and
+/// an info written back copies every untouched part verbatim. Reading the
+/// whole info ([`PhaseContext::info`]) parses all of it — prefer the narrow
+/// accessors in hot phases.
 pub struct PhaseContext<'a> {
     trainjob: Lazy<Value>,
-    info: Lazy<Info>,
-    /// The info's policies only, when read before the full info.
-    policies: OnceCell<Info>,
+    info: InfoCell<'a>,
     config: Value,
     host: &'a dyn Host,
-    info_changed: bool,
     trainjob_changed: bool,
 }
 
@@ -48,10 +49,6 @@ impl<T: DeserializeOwned + Default> Lazy<T> {
 
     fn raw(what: &'static str, json: &str) -> Self {
         Lazy { json: Some(json.to_owned()), what, value: OnceCell::new(), owned: None, error: OnceCell::new() }
-    }
-
-    fn is_parsed(&self) -> bool {
-        self.owned.is_some() || self.value.get().is_some()
     }
 
     fn parse(&self) -> T {
@@ -91,24 +88,14 @@ impl<T: DeserializeOwned + Default> Lazy<T> {
     }
 }
 
-/// Only the policies of an info (parsing skips everything else).
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct PoliciesOnly {
-    #[serde(default)]
-    runtime_policy: RuntimePolicy,
-}
-
 impl<'a> PhaseContext<'a> {
     /// A context from already parsed values.
     pub fn new(trainjob: Value, info: Info, config: Value, host: &'a dyn Host) -> Self {
         PhaseContext {
             trainjob: Lazy::parsed(trainjob),
-            info: Lazy::parsed(info),
-            policies: OnceCell::new(),
+            info: InfoCell::parsed(info),
             config,
             host,
-            info_changed: false,
             trainjob_changed: false,
         }
     }
@@ -130,28 +117,27 @@ impl<'a> PhaseContext<'a> {
     }
 
     /// Like [`PhaseContext::from_json`], but the TrainJob and info are
-    /// parsed on first use. Check [`PhaseContext::input_error`] after the
-    /// phase ran: a value that failed to parse read as empty.
+    /// parsed on first use, only as far as they are read. Check
+    /// [`PhaseContext::input_error`] after the phase ran: a value that
+    /// failed to parse read as empty.
     pub fn from_json_lazy(
         trainjob: &str,
-        info: &str,
+        info: &'a str,
         config: &str,
         host: &'a dyn Host,
     ) -> Result<Self, PluginError> {
         Ok(PhaseContext {
             trainjob: Lazy::raw("trainjob", trainjob),
-            info: Lazy::raw("info", info),
-            policies: OnceCell::new(),
+            info: InfoCell::raw(info),
             config: parse_config(config)?,
             host,
-            info_changed: false,
             trainjob_changed: false,
         })
     }
 
     /// The first input that failed to parse (lazy contexts only).
     pub fn input_error(&self) -> Option<PluginError> {
-        self.trainjob.error.get().or_else(|| self.info.error.get()).cloned()
+        self.trainjob.error.get().or_else(|| self.info.error()).cloned()
     }
 
     /// The TrainJob (JSON), as modified by earlier phases.
@@ -165,15 +151,35 @@ impl<'a> PhaseContext<'a> {
         self.trainjob.get_mut()
     }
 
-    /// The runtime info.
+    /// The whole runtime info (parses all of it; see the type docs).
     pub fn info(&self) -> &Info {
-        self.info.get()
+        self.info.info()
     }
 
-    /// The runtime info, mutably (marks it changed).
+    /// The whole runtime info, mutably (marks it changed).
     pub fn info_mut(&mut self) -> &mut Info {
-        self.info_changed = true;
-        self.info.get_mut()
+        self.info.info_mut()
+    }
+
+    /// The pod set named `name` (parses only that pod set).
+    pub fn pod_set(&self, name: &str) -> Option<&PodSet> {
+        self.info.pod_set(name)
+    }
+
+    /// The first pod set whose ancestor is `ancestor` (e.g. `trainer`).
+    pub fn pod_set_by_ancestor(&self, ancestor: &str) -> Option<&PodSet> {
+        self.info.pod_set_by_ancestor(ancestor)
+    }
+
+    /// The first pod set whose ancestor is `ancestor`, mutably (marks the
+    /// info changed).
+    pub fn pod_set_by_ancestor_mut(&mut self, ancestor: &str) -> Option<&mut PodSet> {
+        self.info.pod_set_by_ancestor_mut(ancestor)
+    }
+
+    /// The names of the pod sets, in template order.
+    pub fn pod_set_names(&self) -> Vec<&str> {
+        self.info.pod_set_names()
     }
 
     /// The plugin configuration (JSON; `{}` when none is set).
@@ -183,8 +189,7 @@ impl<'a> PhaseContext<'a> {
 
     /// The configuration deserialised into `T`.
     pub fn config_as<T: DeserializeOwned>(&self) -> Result<T, PluginError> {
-        serde_json::from_value(self.config.clone())
-            .map_err(|e| PluginError::InvalidConfig(e.to_string()))
+        config_as(&self.config)
     }
 
     /// The host (object cache, randomness, logging).
@@ -203,36 +208,20 @@ impl<'a> PhaseContext<'a> {
     }
 
     /// A policy by key (`mlPolicy.torch`, `podGroupPolicy.volcano`, ...).
-    /// Does not parse the whole info when it has not been read yet.
+    /// Parses only the info's policies.
     pub fn policy(&self, key: &str) -> Option<&Value> {
-        if self.info.is_parsed() {
-            return self.info().policy(key);
-        }
-        self.policies
-            .get_or_init(|| {
-                let json = self.info.json.as_deref().unwrap_or("{}");
-                match serde_json::from_str::<PoliciesOnly>(json) {
-                    Ok(p) => Info { runtime_policy: p.runtime_policy, ..Info::default() },
-                    // Report the error through the full parse.
-                    Err(_) => self.info().clone(),
-                }
-            })
-            .policy(key)
+        self.info.runtime_policy().get(key)
     }
 
     /// A policy by key, deserialised into `T`. `Ok(None)` when absent.
     pub fn policy_as<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, PluginError> {
-        self.policy(key)
-            .map(|v| {
-                serde_json::from_value(v.clone())
-                    .map_err(|e| PluginError::InvalidInput(format!("policy {key}: {e}")))
-            })
-            .transpose()
+        policy_as(self.policy(key), key)
     }
 
-    /// The pod set `name`, mutably, or `InvalidInput`.
+    /// The pod set `name`, mutably, or `InvalidInput` (marks the info
+    /// changed; parses only that pod set).
     pub fn pod_set_mut(&mut self, name: &str) -> Result<&mut PodSet, PluginError> {
-        self.info_mut()
+        self.info
             .pod_set_mut(name)
             .ok_or_else(|| PluginError::InvalidInput(format!("pod set {name:?} not found")))
     }
@@ -314,52 +303,141 @@ impl<'a> PhaseContext<'a> {
 
     /// Whether the info / TrainJob were changed, and their final values.
     pub fn into_parts(self) -> (Option<Info>, Option<Value>) {
-        let info = self.info_changed.then(|| self.info.into_inner());
+        let info = self.info.changed().then(|| self.info.into_info());
         let trainjob = self.trainjob_changed.then(|| self.trainjob.into_inner());
         (info, trainjob)
     }
+
+    /// The changed info and TrainJob as JSON (`None` = unchanged), as the
+    /// host receives them. Untouched parts of the info are copied verbatim.
+    pub fn changed_json(&self) -> Result<(Option<String>, Option<String>), PluginError> {
+        let ser = |e: serde_json::Error| PluginError::Internal(format!("serialise: {e}"));
+        let info = self.info.to_json_if_changed().map_err(ser)?;
+        let trainjob = if self.trainjob_changed {
+            Some(serde_json::to_string(self.trainjob.get()).map_err(ser)?)
+        } else {
+            None
+        };
+        Ok((info, trainjob))
+    }
 }
 
-/// Input of `validate` (admission).
+/// Input of `validate` (admission). Parsed lazily, like [`PhaseContext`].
 pub struct ValidateContext<'a> {
-    /// The TrainJob being admitted.
-    pub trainjob: Value,
-    /// The previous TrainJob on update.
-    pub old_trainjob: Option<Value>,
-    /// The info built from the live runtime, without plugin enforcement.
-    pub info: Info,
-    /// The plugin configuration.
-    pub config: Value,
-    /// The host.
-    pub host: &'a dyn Host,
+    trainjob: Lazy<Value>,
+    old_trainjob: Option<Lazy<Value>>,
+    info: InfoCell<'a>,
+    config: Value,
+    host: &'a dyn Host,
 }
 
 impl<'a> ValidateContext<'a> {
-    /// A context from the JSON strings of the WIT `validate-input`.
+    /// A context from already parsed values.
+    pub fn new(
+        trainjob: Value,
+        old_trainjob: Option<Value>,
+        info: Info,
+        config: Value,
+        host: &'a dyn Host,
+    ) -> Self {
+        ValidateContext {
+            trainjob: Lazy::parsed(trainjob),
+            old_trainjob: old_trainjob.map(Lazy::parsed),
+            info: InfoCell::parsed(info),
+            config,
+            host,
+        }
+    }
+
+    /// A context from the JSON strings of the WIT `validate-input`. The
+    /// TrainJobs and info are parsed on first use; check
+    /// [`ValidateContext::input_error`] afterwards.
     pub fn from_json(
         trainjob: &str,
         old_trainjob: Option<&str>,
-        info: &str,
+        info: &'a str,
         config: &str,
         host: &'a dyn Host,
     ) -> Result<Self, PluginError> {
-        let parse = |what: &str, s: &str| -> Result<Value, PluginError> {
-            serde_json::from_str(s).map_err(|e| PluginError::InvalidInput(format!("{what} JSON: {e}")))
-        };
         Ok(ValidateContext {
-            trainjob: parse("trainjob", trainjob)?,
-            old_trainjob: old_trainjob.map(|s| parse("old trainjob", s)).transpose()?,
-            info: serde_json::from_str(info)
-                .map_err(|e| PluginError::InvalidInput(format!("info JSON: {e}")))?,
+            trainjob: Lazy::raw("trainjob", trainjob),
+            old_trainjob: old_trainjob.map(|s| Lazy::raw("old trainjob", s)),
+            info: InfoCell::raw(info),
             config: parse_config(config)?,
             host,
         })
     }
 
-    /// A policy by key (`mlPolicy.torch`, ...).
-    pub fn policy(&self, key: &str) -> Option<&Value> {
-        self.info.policy(key)
+    /// The first input that failed to parse.
+    pub fn input_error(&self) -> Option<PluginError> {
+        self.trainjob
+            .error
+            .get()
+            .or_else(|| self.old_trainjob.as_ref().and_then(|t| t.error.get()))
+            .or_else(|| self.info.error())
+            .cloned()
     }
+
+    /// The TrainJob being admitted.
+    pub fn trainjob(&self) -> &Value {
+        self.trainjob.get()
+    }
+
+    /// The previous TrainJob on update, `None` on create.
+    pub fn old_trainjob(&self) -> Option<&Value> {
+        self.old_trainjob.as_ref().map(Lazy::get)
+    }
+
+    /// The whole info built from the live runtime, without plugin
+    /// enforcement (parses all of it).
+    pub fn info(&self) -> &Info {
+        self.info.info()
+    }
+
+    /// The pod set named `name` (parses only that pod set).
+    pub fn pod_set(&self, name: &str) -> Option<&PodSet> {
+        self.info.pod_set(name)
+    }
+
+    /// The first pod set whose ancestor is `ancestor`.
+    pub fn pod_set_by_ancestor(&self, ancestor: &str) -> Option<&PodSet> {
+        self.info.pod_set_by_ancestor(ancestor)
+    }
+
+    /// A policy by key (`mlPolicy.torch`, ...); parses only the policies.
+    pub fn policy(&self, key: &str) -> Option<&Value> {
+        self.info.runtime_policy().get(key)
+    }
+
+    /// A policy by key, deserialised into `T`. `Ok(None)` when absent.
+    pub fn policy_as<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, PluginError> {
+        policy_as(self.policy(key), key)
+    }
+
+    /// The plugin configuration.
+    pub fn config(&self) -> &Value {
+        &self.config
+    }
+
+    /// The configuration deserialised into `T`.
+    pub fn config_as<T: DeserializeOwned>(&self) -> Result<T, PluginError> {
+        config_as(&self.config)
+    }
+
+    /// The host.
+    pub fn host(&self) -> &dyn Host {
+        self.host
+    }
+}
+
+fn config_as<T: DeserializeOwned>(config: &Value) -> Result<T, PluginError> {
+    T::deserialize(config).map_err(|e| PluginError::InvalidConfig(e.to_string()))
+}
+
+fn policy_as<T: DeserializeOwned>(policy: Option<&Value>, key: &str) -> Result<Option<T>, PluginError> {
+    policy
+        .map(|v| T::deserialize(v).map_err(|e| PluginError::InvalidInput(format!("policy {key}: {e}"))))
+        .transpose()
 }
 
 fn parse_config(config: &str) -> Result<Value, PluginError> {
@@ -374,6 +452,7 @@ mod tests {
     use super::*;
     use crate::testing::MockHost;
     use serde_json::json;
+    use trainforge_api::plugin::{ANCESTOR_LABEL, RuntimePolicy};
 
     fn info_json() -> String {
         let info = Info {
@@ -387,9 +466,10 @@ mod tests {
     fn lazy_context_reads_policy_without_parsing_info() {
         let host = MockHost::default();
         let tj = json!({"metadata": {"name": "j", "namespace": "ns"}}).to_string();
-        let ctx = PhaseContext::from_json_lazy(&tj, &info_json(), "", &host).unwrap();
+        let info = info_json();
+        let ctx = PhaseContext::from_json_lazy(&tj, &info, "", &host).unwrap();
         assert_eq!(ctx.policy("mlPolicy.torch.numProcPerNode"), Some(&json!(2)));
-        assert!(!ctx.info.is_parsed(), "policy() must not parse the whole info");
+        assert!(!ctx.info.fully_parsed(), "policy() must not parse the whole info");
         assert_eq!(ctx.trainjob_name(), "j");
         assert!(ctx.input_error().is_none());
         let (info, trainjob) = ctx.into_parts();
@@ -399,7 +479,8 @@ mod tests {
     #[test]
     fn lazy_context_mutations_come_back() {
         let host = MockHost::default();
-        let mut ctx = PhaseContext::from_json_lazy("{}", &info_json(), "{}", &host).unwrap();
+        let info = info_json();
+        let mut ctx = PhaseContext::from_json_lazy("{}", &info, "{}", &host).unwrap();
         assert!(ctx.policy("mlPolicy.torch").is_some());
         ctx.info_mut().labels.insert("a".into(), "b".into());
         ctx.trainjob_mut()["x"] = json!(1);
@@ -412,7 +493,8 @@ mod tests {
     #[test]
     fn lazy_context_reports_bad_input_on_use() {
         let host = MockHost::default();
-        let ctx = PhaseContext::from_json_lazy("{", &info_json(), "{}", &host).unwrap();
+        let info = info_json();
+        let ctx = PhaseContext::from_json_lazy("{", &info, "{}", &host).unwrap();
         assert!(ctx.input_error().is_none(), "not parsed yet");
         assert_eq!(ctx.trainjob_name(), "");
         assert!(matches!(ctx.input_error(), Some(PluginError::InvalidInput(m)) if m.contains("trainjob")));
@@ -423,5 +505,96 @@ mod tests {
             PhaseContext::from_json_lazy("{}", "{}", "nope", &host),
             Err(PluginError::InvalidConfig(_))
         ));
+    }
+
+    /// An info with two pod sets (trainer `node`, initializer `init`).
+    fn two_pod_sets() -> Info {
+        let container = |name: &str| json!({"name": name, "image": "img", "env": [{"name": "A", "value": "1"}]});
+        let job = |name: &str, ancestor: &str| json!({"name": name, "replicas": 1, "template": {
+            "metadata": {"labels": {ANCESTOR_LABEL: ancestor}},
+            "spec": {"template": {"spec": {"containers": [container("node")],
+                                           "volumes": [{"name": "data", "emptyDir": {}}]}}}}});
+        let runtime = json!({"spec": {"mlPolicy": {"torch": {}}, "template": {"spec": {
+            "replicatedJobs": [job("init", "dataset-initializer"), job("node", "trainer")]}}}});
+        Info::from_runtime_template(&runtime, &json!({"metadata": {"name": "j"}})).unwrap()
+    }
+
+    #[test]
+    fn pod_set_edit_parses_and_rewrites_only_that_pod_set() {
+        let host = MockHost::default();
+        let info = two_pod_sets();
+        let json = serde_json::to_string(&info).unwrap();
+        let mut ctx = PhaseContext::from_json_lazy("{}", &json, "{}", &host).unwrap();
+        assert_eq!(ctx.pod_set_names(), ["init", "node"]);
+        assert_eq!(ctx.pod_set_by_ancestor("trainer").map(|p| p.name.as_str()), Some("node"));
+        ctx.set_env("node", "node", "B", "2").unwrap();
+        assert!(!ctx.info.fully_parsed(), "an edit through a helper must not parse the whole info");
+        assert!(ctx.set_env("node", "missing", "B", "2").is_err());
+        assert!(matches!(ctx.pod_set_mut("nope"), Err(PluginError::InvalidInput(m)) if m.contains("nope")));
+        let (out, trainjob) = ctx.changed_json().unwrap();
+        assert!(trainjob.is_none());
+        let out: Info = serde_json::from_str(&out.expect("info changed")).unwrap();
+        let mut expected = info;
+        expected.pod_set_mut("node").unwrap().container_mut("node").unwrap().set_env("B", "2");
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn pod_set_and_whole_info_views_agree() {
+        let host = MockHost::default();
+        let json = serde_json::to_string(&two_pod_sets()).unwrap();
+        // A pod-set edit is seen by a later whole-info read...
+        let mut ctx = PhaseContext::from_json_lazy("{}", &json, "{}", &host).unwrap();
+        ctx.pod_set_mut("init").unwrap().count = Some(3);
+        assert_eq!(ctx.info().pod_set("init").unwrap().count, Some(3));
+        // ...and by the next edit after that read.
+        ctx.pod_set_by_ancestor_mut("trainer").unwrap().count = Some(5);
+        assert_eq!(ctx.info().pod_set("node").unwrap().count, Some(5));
+        assert_eq!(ctx.info().pod_set("init").unwrap().count, Some(3));
+        // A whole-info edit is seen by later pod-set reads and edits.
+        ctx.info_mut().labels.insert("l".into(), "v".into());
+        ctx.pod_set_mut("node").unwrap().count = Some(7);
+        assert_eq!(ctx.pod_set("node").unwrap().count, Some(7));
+        let (info, _) = ctx.into_parts();
+        let info = info.unwrap();
+        assert_eq!(info.labels["l"], "v");
+        assert_eq!((info.pod_set("init").unwrap().count, info.pod_set("node").unwrap().count), (Some(3), Some(7)));
+    }
+
+    #[test]
+    fn reads_alone_change_nothing() {
+        let host = MockHost::default();
+        let json = serde_json::to_string(&two_pod_sets()).unwrap();
+        let ctx = PhaseContext::from_json_lazy("{}", &json, "{}", &host).unwrap();
+        assert_eq!(ctx.pod_set("node").unwrap().containers[0].env[0].name, "A");
+        assert_eq!(ctx.info().template_spec.pod_sets.len(), 2);
+        assert_eq!(ctx.changed_json().unwrap(), (None, None));
+    }
+
+    #[test]
+    fn a_malformed_pod_set_is_an_input_error_naming_it() {
+        let host = MockHost::default();
+        let json = json!({"templateSpec": {"podSets": [
+            {"name": "ok", "containers": []}, {"name": "bad", "containers": "not a list"}]}})
+        .to_string();
+        let ctx = PhaseContext::from_json_lazy("{}", &json, "{}", &host).unwrap();
+        assert!(ctx.pod_set("ok").is_some());
+        assert!(ctx.input_error().is_none(), "the bad pod set was not read yet");
+        assert!(ctx.pod_set("bad").is_none());
+        assert!(matches!(ctx.input_error(), Some(PluginError::InvalidInput(m)) if m.contains("\"bad\"")));
+    }
+
+    #[test]
+    fn validate_context_is_lazy_and_reports_bad_input() {
+        let host = MockHost::default();
+        let json = serde_json::to_string(&two_pod_sets()).unwrap();
+        let ctx = ValidateContext::from_json(r#"{"spec": {}}"#, Some("{"), &json, "{}", &host).unwrap();
+        assert!(ctx.policy("mlPolicy.torch").is_some());
+        assert_eq!(ctx.pod_set_by_ancestor("trainer").map(|p| p.name.as_str()), Some("node"));
+        assert!(!ctx.info.fully_parsed());
+        assert_eq!(ctx.trainjob()["spec"], json!({}));
+        assert!(ctx.input_error().is_none());
+        assert_eq!(ctx.old_trainjob(), Some(&Value::Null));
+        assert!(matches!(ctx.input_error(), Some(PluginError::InvalidInput(m)) if m.contains("old trainjob")));
     }
 }

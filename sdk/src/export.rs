@@ -89,13 +89,10 @@ fn mutate(
         return Err(error(e));
     }
     result.map_err(error)?;
-    let (info, trainjob) = ctx.into_parts();
-    let out = wit::Mutation {
-        info: info.as_ref().map(to_json).transpose()?,
-        trainjob: trainjob.as_ref().map(to_json).transpose()?,
-    };
-    discard((info, trainjob, input));
-    Ok(out)
+    let (info, trainjob) = ctx.changed_json().map_err(error)?;
+    discard(ctx);
+    discard(input);
+    Ok(wit::Mutation { info, trainjob })
 }
 
 /// Each call runs in a fresh instance that is thrown away afterwards:
@@ -135,7 +132,8 @@ impl<P: Plugin> Guest for Export<P> {
         }
         let objects = objects.map_err(error)?;
         let out = objects.iter().map(to_json).collect();
-        discard((ctx, objects, input));
+        discard((ctx, objects));
+        discard(input);
         out
     }
 
@@ -149,8 +147,13 @@ impl<P: Plugin> Guest for Export<P> {
             &host,
         )
         .map_err(error)?;
-        let v = P::default().validate(&ctx).map_err(error)?;
-        discard((ctx, input));
+        let v = P::default().validate(&ctx);
+        if let Some(e) = ctx.input_error() {
+            return Err(error(e));
+        }
+        let v = v.map_err(error)?;
+        discard(ctx);
+        discard(input);
         Ok(wit::Validation {
             warnings: v.warnings,
             errors: v
@@ -187,7 +190,8 @@ impl<P: Plugin> Guest for Export<P> {
         }
         let status = status.map_err(error)?;
         let out = status.as_ref().map(to_json).transpose();
-        discard((ctx, status, input));
+        discard((ctx, status));
+        discard(input);
         out
     }
 }

@@ -42,7 +42,9 @@ mod context;
 mod descriptor;
 mod export;
 mod host;
+mod lazy_info;
 pub mod quantity;
+mod raw_object;
 pub mod testing;
 
 /// Generated guest bindings of `wit/plugin.wit` (wit-bindgen). Plugins

@@ -119,8 +119,8 @@ impl<P: Plugin> Harness<P> {
     /// Run one phase on the current TrainJob/info, keeping its changes.
     /// `build`, `validate` and `status` are run by [`Harness::run`] instead.
     pub fn run_phase(&mut self, phase: Phase) -> Result<(), PluginError> {
-        let mut ctx =
-            PhaseContext::new(self.trainjob.clone(), self.info.clone(), self.config.clone(), &self.host);
+        let (trainjob, info, config) = self.inputs()?;
+        let mut ctx = PhaseContext::from_json_lazy(&trainjob, &info, &config, &self.host)?;
         match phase {
             Phase::EnforceMlPolicy => self.plugin.enforce_ml_policy(&mut ctx)?,
             Phase::EnforcePodGroupPolicy => self.plugin.enforce_pod_group_policy(&mut ctx)?,
@@ -128,14 +128,26 @@ impl<P: Plugin> Harness<P> {
             Phase::PreBuild => self.plugin.pre_build(&mut ctx)?,
             Phase::Build | Phase::Validate | Phase::Status => return Ok(()),
         }
-        let (info, trainjob) = ctx.into_parts();
+        if let Some(e) = ctx.input_error() {
+            return Err(e);
+        }
+        let (info, trainjob) = ctx.changed_json()?;
         if let Some(i) = info {
-            self.info = i;
+            self.info = serde_json::from_str(&i).map_err(|e| internal("info written back", e))?;
         }
         if let Some(t) = trainjob {
-            self.trainjob = t;
+            self.trainjob = serde_json::from_str(&t).map_err(|e| internal("trainjob written back", e))?;
         }
         Ok(())
+    }
+
+    /// The TrainJob, info and config as the JSON the host would send: the
+    /// harness runs phases on the same lazily parsed context as Wasm.
+    fn inputs(&self) -> Result<(String, String, String), PluginError> {
+        fn ser<T: serde::Serialize>(what: &str, v: &T) -> Result<String, PluginError> {
+            serde_json::to_string(v).map_err(|e| internal(what, e))
+        }
+        Ok((ser("trainjob", &self.trainjob)?, ser("info", &self.info)?, ser("config", &self.config)?))
     }
 
     /// Run every reconcile phase the plugin declares, in host order, then
@@ -146,8 +158,8 @@ impl<P: Plugin> Harness<P> {
         for phase in d.known_phases() {
             self.run_phase(phase)?;
         }
-        let ctx =
-            PhaseContext::new(self.trainjob.clone(), self.info.clone(), self.config.clone(), &self.host);
+        let (trainjob, info, config) = self.inputs()?;
+        let ctx = PhaseContext::from_json_lazy(&trainjob, &info, &config, &self.host)?;
         let objects = if d.implements(Phase::Build) { self.plugin.build(&ctx)? } else { Vec::new() };
         let ns = ctx.trainjob_namespace().to_owned();
         for o in &objects {
@@ -164,18 +176,25 @@ impl<P: Plugin> Harness<P> {
             }
         }
         let status = if d.implements(Phase::Status) { self.plugin.status(&ctx)? } else { None };
+        if let Some(e) = ctx.input_error() {
+            return Err(e);
+        }
         Ok(Outcome { info: self.info, trainjob: self.trainjob, objects, status })
     }
 
     /// Run `validate` for a create (`old = None`) or an update.
     pub fn validate(&self, old: Option<Value>) -> Result<Validation, PluginError> {
-        let ctx = ValidateContext {
-            trainjob: self.trainjob.clone(),
-            old_trainjob: old,
-            info: self.info.clone(),
-            config: self.config.clone(),
-            host: &self.host,
-        };
-        self.plugin.validate(&ctx)
+        let (trainjob, info, config) = self.inputs()?;
+        let old = old.map(|o| o.to_string());
+        let ctx = ValidateContext::from_json(&trainjob, old.as_deref(), &info, &config, &self.host)?;
+        let v = self.plugin.validate(&ctx)?;
+        match ctx.input_error() {
+            Some(e) => Err(e),
+            None => Ok(v),
+        }
     }
+}
+
+fn internal(what: &str, e: serde_json::Error) -> PluginError {
+    PluginError::Internal(format!("{what}: {e}"))
 }

@@ -54,6 +54,28 @@ pub struct RuntimePolicy {
     pub pod_group_policy: Option<Value>,
 }
 
+impl RuntimePolicy {
+    /// A policy by key: `mlPolicy.torch`, `podGroupPolicy.coscheduling`, or
+    /// just `mlPolicy`. `None` when absent or JSON `null`.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        let (root, rest) = match key.split_once('.') {
+            Some((r, rest)) => (r, Some(rest)),
+            None => (key, None),
+        };
+        let mut v = match root {
+            "mlPolicy" => self.ml_policy.as_ref()?,
+            "podGroupPolicy" => self.pod_group_policy.as_ref()?,
+            _ => return None,
+        };
+        if let Some(rest) = rest {
+            for part in rest.split('.') {
+                v = v.get(part)?;
+            }
+        }
+        (!v.is_null()).then_some(v)
+    }
+}
+
 /// Scheduling metadata for every Pod.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -144,21 +166,7 @@ impl Info {
     /// Read a policy by key: `mlPolicy.torch`, `podGroupPolicy.coscheduling`,
     /// or just `mlPolicy`. `None` when absent or JSON `null`.
     pub fn policy(&self, key: &str) -> Option<&Value> {
-        let (root, rest) = match key.split_once('.') {
-            Some((r, rest)) => (r, Some(rest)),
-            None => (key, None),
-        };
-        let mut v = match root {
-            "mlPolicy" => self.runtime_policy.ml_policy.as_ref()?,
-            "podGroupPolicy" => self.runtime_policy.pod_group_policy.as_ref()?,
-            _ => return None,
-        };
-        if let Some(rest) = rest {
-            for part in rest.split('.') {
-                v = v.get(part)?;
-            }
-        }
-        (!v.is_null()).then_some(v)
+        self.runtime_policy.get(key)
     }
 
     /// The pod set with this name.

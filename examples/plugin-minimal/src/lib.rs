@@ -51,7 +51,7 @@ impl Plugin for Minimal {
             return Ok(());
         }
         let greeting = ctx.config_as::<Config>()?.greeting;
-        let Some(trainer) = ctx.info().pod_set_by_ancestor("trainer").map(|p| p.name.clone()) else {
+        let Some(trainer) = ctx.pod_set_by_ancestor("trainer").map(|p| p.name.clone()) else {
             return Ok(());
         };
         ctx.set_env(&trainer, "node", ENV, &greeting)
@@ -79,7 +79,7 @@ impl Plugin for Minimal {
         if ctx.policy(POLICY).is_none() {
             return Ok(v);
         }
-        let env = ctx.trainjob.pointer("/spec/trainer/env").and_then(Value::as_array);
+        let env = ctx.trainjob().pointer("/spec/trainer/env").and_then(Value::as_array);
         if env.into_iter().flatten().any(|e| e.get("name").and_then(Value::as_str) == Some(ENV)) {
             v.errors.push(FieldError::invalid("spec.trainer.env", format!("must not set {ENV}; it is managed by the minimal plugin")));
         }

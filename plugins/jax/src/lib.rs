@@ -59,10 +59,10 @@ impl Plugin for Jax {
                 )?),
             };
         let job = ctx.trainjob_name().to_owned();
-        if ctx.info().pod_set_by_ancestor(ANCESTOR_TRAINER).is_none() {
+        if ctx.pod_set_by_ancestor(ANCESTOR_TRAINER).is_none() {
             return Ok(());
         }
-        let Some(ps) = ctx.info_mut().pod_set_by_ancestor_mut(ANCESTOR_TRAINER) else {
+        let Some(ps) = ctx.pod_set_by_ancestor_mut(ANCESTOR_TRAINER) else {
             return Ok(());
         };
         if let Some(n) = num_nodes {

@@ -93,10 +93,9 @@ impl Plugin for JobSetPlugin {
     }
 
     fn validate(&self, ctx: &ValidateContext) -> Result<Validation, PluginError> {
-        let cfg: validate::Config = serde_json::from_value(ctx.config.clone())
-            .map_err(|e| PluginError::InvalidConfig(e.to_string()))?;
+        let cfg: validate::Config = ctx.config_as()?;
         let s = |p: &str| {
-            ctx.trainjob
+            ctx.trainjob()
                 .pointer(p)
                 .and_then(Value::as_str)
                 .unwrap_or_default()
@@ -104,14 +103,14 @@ impl Plugin for JobSetPlugin {
         };
         let (name, ns) = (s("/metadata/name"), s("/metadata/namespace"));
         let lookup = || {
-            ctx.host
+            ctx.host()
                 .get_object(&jobset_kind(), &ns, &name)
                 .map_err(|e| format!("failed to get JobSet {ns}/{name}: {e}"))
         };
         Ok(validate::validate(
-            &ctx.trainjob,
-            ctx.old_trainjob.as_ref(),
-            &ctx.info,
+            ctx.trainjob(),
+            ctx.old_trainjob(),
+            ctx.info(),
             &cfg,
             &lookup,
         ))

@@ -227,14 +227,14 @@ pub fn validate(ctx: &ValidateContext) -> Validation {
         .get("runLauncherAsNode")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let tj = &ctx.trainjob;
+    let tj = ctx.trainjob();
     let num_nodes = tj
         .pointer("/spec/trainer/numNodes")
         .and_then(Value::as_i64)
         .unwrap_or(0);
     if num_nodes >= 2
         && launcher_as_node
-        && (ctx.info.pod_set(LAUNCHER).is_none() || ctx.info.pod_set(NODE).is_none())
+        && (ctx.pod_set(LAUNCHER).is_none() || ctx.pod_set(NODE).is_none())
     {
         let mut e = FieldError::invalid(
             "spec.trainer.numNodes",

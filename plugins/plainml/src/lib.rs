@@ -30,10 +30,10 @@ impl Plugin for PlainMl {
         let Some(trainer) = trainer(ctx.trainjob())? else {
             return Ok(());
         };
-        if ctx.info().pod_set_by_ancestor(ANCESTOR_TRAINER).is_none() {
+        if ctx.pod_set_by_ancestor(ANCESTOR_TRAINER).is_none() {
             return Ok(());
         }
-        let Some(ps) = ctx.info_mut().pod_set_by_ancestor_mut(ANCESTOR_TRAINER) else {
+        let Some(ps) = ctx.pod_set_by_ancestor_mut(ANCESTOR_TRAINER) else {
             return Ok(());
         };
         if let Some(n) = trainer.num_nodes {

@@ -88,7 +88,7 @@ impl Plugin for Torch {
     }
 
     fn validate(&self, ctx: &ValidateContext) -> Result<Validation, PluginError> {
-        Ok(validate::validate(&ctx.trainjob, &ctx.info))
+        Ok(validate::validate(ctx.trainjob(), ctx.info()))
     }
 }
 
@@ -128,8 +128,8 @@ fn enforce(ctx: &mut PhaseContext) -> Result<(), FieldIssue> {
         None => trainer_nodes,
     };
     if let Some(n) = count
-        && ctx.info().pod_set_by_ancestor(ANCESTOR_TRAINER).is_some()
-        && let Some(ps) = ctx.info_mut().pod_set_by_ancestor_mut(ANCESTOR_TRAINER)
+        && ctx.pod_set_by_ancestor(ANCESTOR_TRAINER).is_some()
+        && let Some(ps) = ctx.pod_set_by_ancestor_mut(ANCESTOR_TRAINER)
     {
         ps.count = Some(n);
     }
@@ -182,7 +182,7 @@ fn enforce(ctx: &mut PhaseContext) -> Result<(), FieldIssue> {
     injected.extend(env::PET_RESERVED);
     injected.extend(env::ELASTIC_VARS);
     injected.extend(env::TRAINER_VARS);
-    if let Some(ps) = ctx.info_mut().pod_set_by_ancestor_mut(ANCESTOR_TRAINER)
+    if let Some(ps) = ctx.pod_set_by_ancestor_mut(ANCESTOR_TRAINER)
         && let Some(node) = ps.containers.iter_mut().find(|c| c.name == CONTAINER_NODE)
     {
         if let Some(t) = &trainer {

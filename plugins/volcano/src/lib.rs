@@ -139,7 +139,7 @@ impl Plugin for Volcano {
             return Ok(v);
         }
         if ctx
-            .info
+            .info()
             .annotations
             .get(pg::ANNOTATION_QUEUE_NAME)
             .is_some_and(String::is_empty)
@@ -161,11 +161,11 @@ impl Plugin for Volcano {
             }
         }
         let kind = KindRef::new(PRIORITY_CLASS_API_VERSION, PRIORITY_CLASS_KIND);
-        for pc in priority_class_names(&ctx.info) {
+        for pc in priority_class_names(ctx.info()) {
             if SYSTEM_PRIORITY_CLASSES.contains(&pc.as_str()) {
                 break;
             }
-            match ctx.host.get_object(&kind, "", &pc) {
+            match ctx.host().get_object(&kind, "", &pc) {
                 Ok(Some(_)) => {}
                 Ok(None) => {
                     let mut e = FieldError::invalid(

@@ -78,7 +78,7 @@ impl Plugin for XgBoost {
 
     fn enforce_ml_policy(&self, ctx: &mut PhaseContext) -> Result<(), PluginError> {
         if ctx.policy(POLICY).is_none()
-            || ctx.info().pod_set_by_ancestor(ANCESTOR_TRAINER).is_none()
+            || ctx.pod_set_by_ancestor(ANCESTOR_TRAINER).is_none()
         {
             return Ok(());
         }
@@ -94,7 +94,7 @@ impl Plugin for XgBoost {
         };
         let gpu = quantity::gpu_per_node(resources.as_ref(), "resources")
             .map_err(|e| PluginError::InvalidInput(format!("{field}: {e}")))?;
-        let Some(ps) = ctx.info_mut().pod_set_by_ancestor_mut(ANCESTOR_TRAINER) else {
+        let Some(ps) = ctx.pod_set_by_ancestor_mut(ANCESTOR_TRAINER) else {
             return Ok(());
         };
         if let Some(n) = trainer.as_ref().and_then(|t| t.num_nodes) {
@@ -123,7 +123,7 @@ impl Plugin for XgBoost {
             return Ok(v);
         }
         let env = ctx
-            .trainjob
+            .trainjob()
             .pointer("/spec/trainer/env")
             .and_then(Value::as_array);
         for (i, e) in env.into_iter().flatten().enumerate() {

@@ -1,0 +1,108 @@
+//! Load precompiled wasmtime components safely enough to expose a safe API.
+//!
+//! `wasmtime::component::Component::deserialize` is `unsafe` because it
+//! trusts its input to be an artifact produced by `Engine::precompile_component`
+//! of the same wasmtime version and `Config`. This crate wraps that call in a
+//! safe function whose precondition is *checked*:
+//!
+//! 1. the artifact file carries a sidecar holding a checksum of its bytes
+//!    (XXH3-128), written by [`store`] after the artifact was renamed into
+//!    place;
+//! 2. the bytes mapped are checksummed and compared with the sidecar before
+//!    wasmtime sees them, so a torn, truncated or bit-rotted file is
+//!    recompiled instead of executed;
+//! 3. the cache key (file name) includes the engine's
+//!    `precompile_compatibility_hash`, and wasmtime itself rejects artifacts
+//!    of another version or configuration.
+//!
+//! The checksum guards against accidents, not attackers: whoever can write
+//! the artifact can write its sidecar too, with any hash. What keeps
+//! attackers out is the directory itself — only the operator writes into it
+//! (an emptyDir, or a private `0700` cache dir that `render` refuses when
+//! group- or other-writable). A cryptographic digest here would add ~1.4 ms
+//! to every load (sha256 of a 2.5 MB artifact) and no protection; XXH3 reads
+//! the same bytes at memory speed.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+use xxhash_rust::xxh3::xxh3_128;
+
+/// Why an artifact could not be loaded. Callers fall back to compiling.
+#[derive(Debug)]
+pub enum LoadError {
+    /// No artifact (or no sidecar) for this key.
+    Missing,
+    /// The bytes do not match the sidecar checksum (corrupt or torn).
+    Corrupt,
+    /// I/O error reading the artifact.
+    Io(std::io::Error),
+    /// wasmtime rejected the artifact (other version/config).
+    Rejected(String),
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::Missing => f.write_str("no cached artifact"),
+            LoadError::Corrupt => f.write_str("cached artifact does not match its checksum sidecar"),
+            LoadError::Io(e) => write!(f, "reading cached artifact: {e}"),
+            LoadError::Rejected(e) => write!(f, "wasmtime rejected cached artifact: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// Paths of the artifact and its checksum sidecar for `key` in `dir`.
+pub fn paths(dir: &Path, key: &str) -> (PathBuf, PathBuf) {
+    (dir.join(format!("{key}.cwasm")), dir.join(format!("{key}.cwasm.xxh3")))
+}
+
+fn checksum(bytes: &[u8]) -> String {
+    format!("{:032x}", xxh3_128(bytes))
+}
+
+/// Write `artifact` for `key` atomically (temp file + rename), then its
+/// checksum sidecar. A reader that sees the sidecar sees the whole artifact.
+pub fn store(dir: &Path, key: &str, artifact: &[u8]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let (path, sidecar) = paths(dir, key);
+    let tmp = dir.join(format!("{key}.tmp{}", std::process::id()));
+    std::fs::write(&tmp, artifact)?;
+    std::fs::rename(&tmp, &path)?;
+    let tmp = dir.join(format!("{key}.xxh3.tmp{}", std::process::id()));
+    std::fs::write(&tmp, checksum(artifact))?;
+    std::fs::rename(&tmp, &sidecar)?;
+    Ok(())
+}
+
+fn not_found_is_missing(e: std::io::Error) -> LoadError {
+    if e.kind() == std::io::ErrorKind::NotFound { LoadError::Missing } else { LoadError::Io(e) }
+}
+
+/// Load the artifact for `key` if present and intact.
+pub fn load(engine: &Engine, dir: &Path, key: &str) -> Result<Component, LoadError> {
+    let (path, sidecar) = paths(dir, key);
+    let expected = std::fs::read_to_string(&sidecar).map_err(not_found_is_missing)?;
+    let file = File::open(&path).map_err(not_found_is_missing)?;
+    // SAFETY: a read-only map of a file only the operator writes, and only
+    // by rename (never in place), so the mapped bytes do not change under us.
+    #[allow(unsafe_code)]
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(LoadError::Io)?;
+    if checksum(&map) != expected.trim() {
+        return Err(LoadError::Corrupt);
+    }
+    drop(map);
+    // wasmtime maps the file itself (copy-on-write, code pages straight from
+    // the page cache): ~5x faster than `deserialize(&bytes)`, which copies
+    // 2.5 MB into fresh memory. It re-opens the path; every file that can be
+    // at that path was put there whole by `store`'s rename.
+    //
+    // SAFETY: the file is an artifact `store` wrote for this key (checked
+    // above) and wasmtime verifies version and configuration itself.
+    #[allow(unsafe_code)]
+    let component = unsafe { Component::deserialize_file(engine, &path) };
+    component.map_err(|e| LoadError::Rejected(e.to_string()))
+}
