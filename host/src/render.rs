@@ -132,20 +132,12 @@ pub fn builtin_plugins() -> Result<PluginSet, RenderError> {
 ///
 /// The artifact cache is keyed by the component's sha256 and the engine's
 /// compatibility hash (wasmtime version and configuration), and each artifact
-/// is checked against its sha256 sidecar before use, so one directory can be
+/// is checked against its checksum sidecar before use, so one directory can be
 /// shared by every Trainforge version of a user. It must be private to that
 /// user ([`usable_cache_dir`] checks this).
 pub fn builtin_plugins_in(cache_dir: Option<PathBuf>) -> Result<PluginSet, RenderError> {
     let rt = PluginRuntime::new(RuntimeConfig { cache_dir, ..RuntimeConfig::default() })?;
-    let mut loaded = Vec::new();
-    for b in plugin::builtin::all() {
-        let probe = rt.load(b.source())?;
-        let (grants, _unknown) = plugin::Grants::from_names(probe.descriptor().capabilities.iter().map(String::as_str));
-        let mut src = b.source();
-        src.grants = grants;
-        loaded.push(rt.load(src)?);
-    }
-    Ok(PluginSet::new(loaded)?)
+    Ok(PluginSet::new(plugin::builtin::load_trusted(&rt, None)?)?)
 }
 
 /// Environment variable naming the directory where `render` keeps

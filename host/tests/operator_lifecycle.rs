@@ -180,8 +180,13 @@ async fn plugin_versions_swap_roll_back_and_bad_modules_are_refused() {
         assert!(g == "v1" || g == "v2", "every TrainJob saw one whole plugin version: {g}");
     }
     assert_eq!(greeting_of(client, &ns, "b").await, "v2", "new TrainJobs get the new version");
-    let a = get(client, "v1", "ConfigMap", Some(&ns), "a-minimal").await.unwrap();
-    assert_eq!(a["data"]["greeting"], "v1", "existing objects are not rewritten by a config change of a finished phase");
+    // An unfinished TrainJob's objects follow the plugins in service: "a"
+    // (created under v1, still suspended) converges to v2 on a resync.
+    eventually("a-minimal re-rendered by v2", TIMEOUT, || async {
+        let a = get(client, "v1", "ConfigMap", Some(&ns), "a-minimal").await?;
+        (a["data"]["greeting"] == "v2").then_some(())
+    })
+    .await;
     let errors_after = metric(&op.scrape().await, "trainforge_reconcile_errors_total", &[]);
     assert_eq!(errors_after, errors_before, "no reconcile errors during the swap");
     let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
@@ -443,6 +448,11 @@ async fn figures_latency_writes_noop_resync_and_memory() {
         rss as f64 / 1024.0
     ));
     assert!(rss > 0);
+    let remembered_before = eventually("applied-object memo holds the scale objects", Duration::from_secs(120), || async {
+        let n = metric(&op.scrape().await, "trainforge_applied_objects_remembered", &[]);
+        (n >= many as f64).then_some(n)
+    })
+    .await;
     // Leave a quiet cluster to the next scenario (its resyncs would keep the operator busy).
     delete(client, "v1", "Namespace", None, &ns).await;
     let trainjobs = kube::Api::<kube::api::DynamicObject>::namespaced_with(
@@ -455,6 +465,18 @@ async fn figures_latency_writes_noop_resync_and_memory() {
         list.items.is_empty().then_some(())
     })
     .await;
+    // Deleted TrainJobs get no reconcile; the operator still forgets their
+    // objects (pruned every resync once they are gone from the watch cache).
+    let deleted = Instant::now();
+    let remembered = eventually("applied-object memo pruned", Duration::from_secs(300), || async {
+        let n = metric(&op.scrape().await, "trainforge_applied_objects_remembered", &[]);
+        (n < many as f64).then_some(n)
+    })
+    .await;
+    report(&format!(
+        "FIGURE applied-object memo: {remembered_before} entries with the scale TrainJobs, {remembered} {:.1}s after they were gone",
+        deleted.elapsed().as_secs_f64()
+    ));
 }
 
 #[tokio::test]

@@ -244,16 +244,7 @@ pub async fn run(client: kube::Client, args: OperatorArgs, shutdown: Cancellatio
 /// The builtin plugins, trusted with the capabilities they declare, reading
 /// cluster objects from the watch cache.
 fn builtin_set(runtime: &PluginRuntime, objects: Arc<ObjectCache>) -> Result<PluginSet, plugin::Error> {
-    let mut loaded = Vec::new();
-    for b in plugin::builtin::all() {
-        let probe = runtime.load(b.source())?;
-        let (grants, _) = plugin::Grants::from_names(probe.descriptor().capabilities.iter().map(String::as_str));
-        let mut src = b.source();
-        src.grants = grants;
-        src.objects = objects.clone();
-        loaded.push(runtime.load(src)?);
-    }
-    PluginSet::new(loaded)
+    PluginSet::new(plugin::builtin::load_trusted(runtime, Some(objects as Arc<dyn plugin::ObjectSource>))?)
 }
 
 impl Plugins for PluginCatalog {

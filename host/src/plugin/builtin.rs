@@ -7,7 +7,7 @@
 //! with the `plugin` profile, using its own `CARGO_TARGET_DIR`, and
 //! generates an `include_bytes!` table.
 
-use super::{Error, PluginRuntime, PluginSource};
+use super::{Error, Grants, LoadedPlugin, ObjectSource, PluginRuntime, PluginSource};
 use std::sync::Arc;
 
 /// One embedded plugin component.
@@ -36,4 +36,23 @@ impl BuiltinPlugin {
 /// Load every builtin plugin.
 pub fn load_all(rt: &PluginRuntime) -> Result<Vec<super::LoadedPlugin>, Error> {
     all().iter().map(|b| rt.load(b.source())).collect()
+}
+
+/// Load every builtin plugin trusted with the capabilities it declares (e.g.
+/// MPI's `random`), reading cluster objects from `objects` (`None`: no
+/// objects, as in `render`). Each is loaded twice: once to read what it
+/// declares, once with the grants (the second load hits the memory cache).
+pub fn load_trusted(rt: &PluginRuntime, objects: Option<Arc<dyn ObjectSource>>) -> Result<Vec<LoadedPlugin>, Error> {
+    let mut loaded = Vec::new();
+    for b in all() {
+        let probe = rt.load(b.source())?;
+        let (grants, _unknown) = Grants::from_names(probe.descriptor().capabilities.iter().map(String::as_str));
+        let mut src = b.source();
+        src.grants = grants;
+        if let Some(objects) = &objects {
+            src.objects = objects.clone();
+        }
+        loaded.push(rt.load(src)?);
+    }
+    Ok(loaded)
 }

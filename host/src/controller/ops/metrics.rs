@@ -114,6 +114,7 @@ pub struct Metrics {
     plugin_call_duration: HistogramFamily<PluginPhaseLabels>,
     plugin_failures: Family<PluginFailureLabels, Counter>,
     plugin_memory: Family<PluginLabels, Gauge>,
+    remembered: Gauge,
 }
 
 impl Default for Metrics {
@@ -194,6 +195,12 @@ impl Metrics {
             "Largest guest linear memory seen in one call, by plugin",
             plugin_memory.clone(),
         );
+        let remembered = Gauge::default();
+        registry.register(
+            "trainforge_applied_objects_remembered",
+            "Objects whose last applied state the operator remembers (pruned every resync)",
+            remembered.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -209,7 +216,13 @@ impl Metrics {
             plugin_call_duration,
             plugin_failures,
             plugin_memory,
+            remembered,
         }
+    }
+
+    /// Set how many applied objects are remembered for no-op detection.
+    pub fn set_remembered(&self, n: usize) {
+        self.remembered.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Record one finished reconcile of `controller`: count it, observe its

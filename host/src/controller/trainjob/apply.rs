@@ -88,6 +88,26 @@ impl AppliedMemo {
             seen.insert(key(object), (digest(object), rv));
         }
     }
+
+    /// Forget objects for which `exists(api_version, kind, namespace, name)`
+    /// is false (deleted, or of a kind no longer watched: the memo is only
+    /// consulted with a live object). Returns how many were dropped.
+    pub fn retain_existing(&self, exists: impl Fn(&str, &str, &str, &str) -> bool) -> usize {
+        let Ok(mut seen) = self.seen.lock() else { return 0 };
+        let before = seen.len();
+        seen.retain(|(api_version, kind, ns, name), _| exists(api_version, kind, ns, name));
+        before - seen.len()
+    }
+
+    /// Objects remembered.
+    pub fn len(&self) -> usize {
+        self.seen.lock().map_or(0, |s| s.len())
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Whether every field of `desired` is in `live` with the same value. Lists
@@ -178,5 +198,18 @@ mod tests {
         assert!(!memo.matches(&obj, Some("8")), "someone else wrote it");
         let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}, "data": {"k": "w"}});
         assert!(!memo.matches(&other, Some("7")), "desired state changed");
+    }
+
+    #[test]
+    fn memo_forgets_objects_that_no_longer_exist() {
+        let memo = AppliedMemo::default();
+        let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "n"}});
+        memo.record(&cm("kept"), Some("1".into()));
+        memo.record(&cm("gone"), Some("1".into()));
+        assert_eq!(memo.len(), 2);
+        let dropped = memo.retain_existing(|v, k, ns, name| (v, k, ns, name) == ("v1", "ConfigMap", "n", "kept"));
+        assert_eq!(dropped, 1);
+        assert!(memo.matches(&cm("kept"), Some("1")));
+        assert!(!memo.matches(&cm("gone"), Some("1")));
     }
 }

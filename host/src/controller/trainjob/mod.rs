@@ -30,11 +30,12 @@ use kube::Api;
 use kube::runtime::Controller;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
+use trainforge_api::plugin::KindRef;
 use trainforge_api::trainer::v1alpha1::TrainJob;
 
 use crate::controller::ops::metrics::Metrics;
@@ -144,6 +145,38 @@ impl Context {
             f.remove(&ObjectRef::from_obj(job));
         }
     }
+
+    /// Drop what is remembered about objects and TrainJobs that are gone:
+    /// deleted TrainJobs get no reconcile, so without this the no-op memo
+    /// and the failure counts would grow with every TrainJob ever seen.
+    fn prune(&self, trainjob_exists: impl Fn(&ObjectRef<TrainJob>) -> bool) {
+        let objects = self.memo.retain_existing(|api_version, kind, ns, name| {
+            self.objects.live(&KindRef::new(api_version, kind), ns, name).is_some()
+        });
+        let failures = self.failures.lock().map_or(0, |mut f| {
+            let before = f.len();
+            f.retain(|r, _| trainjob_exists(r));
+            before - f.len()
+        });
+        let remembered = self.memo.len();
+        self.metrics.set_remembered(remembered);
+        if objects + failures > 0 {
+            debug!(objects, failures, remembered, "pruned state of deleted objects");
+        }
+    }
+}
+
+/// Prune [`Context`] state every resync period until `shutdown`.
+async fn prune_periodically(ctx: Arc<Context>, trainjobs: Store<TrainJob>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(ctx.settings.resync);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => ctx.prune(|r| trainjobs.get(r).is_some()),
+        }
+    }
 }
 
 fn error_policy(job: Arc<TrainJob>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
@@ -162,12 +195,14 @@ pub async fn run(ctx: Arc<Context>, triggers: UnboundedReceiver<ObjectRef<TrainJ
     let triggers = futures::stream::unfold(triggers, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) });
     let config = ControllerConfig::default().concurrency(ctx.settings.concurrency);
     info!(concurrency = ctx.settings.concurrency, "TrainJob controller starting");
-    Controller::new(api, watcher::Config::default())
-        .with_config(config)
+    let controller = Controller::new(api, watcher::Config::default()).with_config(config);
+    let pruner = tokio::spawn(prune_periodically(ctx.clone(), controller.store(), shutdown.clone()));
+    controller
         .reconcile_on(triggers)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile::reconcile, error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
         .await;
+    pruner.abort();
     info!("TrainJob controller stopped");
 }
