@@ -180,6 +180,8 @@ async fn plugin_versions_swap_roll_back_and_bad_modules_are_refused() {
         assert!(g == "v1" || g == "v2", "every TrainJob saw one whole plugin version: {g}");
     }
     assert_eq!(greeting_of(client, &ns, "b").await, "v2", "new TrainJobs get the new version");
+    let errors_after = metric(&op.scrape().await, "trainforge_reconcile_errors_total", &[]);
+    assert_eq!(errors_after, errors_before, "no reconcile errors during the swap");
     // An unfinished TrainJob's objects follow the plugins in service: "a"
     // (created under v1, still suspended) converges to v2 on a resync.
     eventually("a-minimal re-rendered by v2", TIMEOUT, || async {
@@ -187,8 +189,6 @@ async fn plugin_versions_swap_roll_back_and_bad_modules_are_refused() {
         (a["data"]["greeting"] == "v2").then_some(())
     })
     .await;
-    let errors_after = metric(&op.scrape().await, "trainforge_reconcile_errors_total", &[]);
-    assert_eq!(errors_after, errors_before, "no reconcile errors during the swap");
     let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
     let failures: Vec<String> = events
         .list(&Default::default())
