@@ -180,8 +180,14 @@ async fn plugin_versions_swap_roll_back_and_bad_modules_are_refused() {
         assert!(g == "v1" || g == "v2", "every TrainJob saw one whole plugin version: {g}");
     }
     assert_eq!(greeting_of(client, &ns, "b").await, "v2", "new TrainJobs get the new version");
-    let errors_after = metric(&op.scrape().await, "trainforge_reconcile_errors_total", &[]);
-    assert_eq!(errors_after, errors_before, "no reconcile errors during the swap");
+    let scraped = op.scrape().await;
+    let errors_after = metric(&scraped, "trainforge_reconcile_errors_total", &[]);
+    let by_reason: Vec<&str> = scraped.lines().filter(|l| l.starts_with("trainforge_reconcile_errors_total")).collect();
+    assert_eq!(
+        errors_after, errors_before,
+        "no reconcile errors during the swap; errors: {by_reason:?}; operator log:\n{}",
+        op.log_tail(40)
+    );
     // An unfinished TrainJob's objects follow the plugins in service: "a"
     // (created under v1, still suspended) converges to v2 on a resync.
     eventually("a-minimal re-rendered by v2", TIMEOUT, || async {
