@@ -26,7 +26,11 @@ fn package_name(manifest: &Path) -> Option<String> {
             continue;
         }
         if in_package && let Some(rest) = line.strip_prefix("name") {
-            let v = rest.trim_start().strip_prefix('=')?.trim().trim_matches('"');
+            let v = rest
+                .trim_start()
+                .strip_prefix('=')?
+                .trim()
+                .trim_matches('"');
             return Some(v.to_owned());
         }
     }
@@ -40,7 +44,10 @@ fn fail(msg: String) -> ! {
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
-    let root = manifest_dir.parent().map(Path::to_path_buf).unwrap_or_default();
+    let root = manifest_dir
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default());
     println!("cargo::rerun-if-env-changed=TRAINFORGE_EXTRA_BUILTIN_PLUGINS");
     println!("cargo::rerun-if-env-changed=TRAINFORGE_SKIP_BUILTIN_PLUGINS");
@@ -56,7 +63,12 @@ fn main() {
         }
     }
     if let Ok(extra) = std::env::var("TRAINFORGE_EXTRA_BUILTIN_PLUGINS") {
-        crate_dirs.extend(extra.split(':').filter(|s| !s.is_empty()).map(|s| root.join(s)));
+        crate_dirs.extend(
+            extra
+                .split(':')
+                .filter(|s| !s.is_empty())
+                .map(|s| root.join(s)),
+        );
     }
     crate_dirs.sort();
 
@@ -65,7 +77,10 @@ fn main() {
         println!("cargo::rerun-if-changed={}", dir.display());
         match package_name(&dir.join("Cargo.toml")) {
             Some(n) => crates.push(n),
-            None => fail(format!("no [package] name in {}", dir.join("Cargo.toml").display())),
+            None => fail(format!(
+                "no [package] name in {}",
+                dir.join("Cargo.toml").display()
+            )),
         }
     }
 
@@ -93,10 +108,14 @@ fn main() {
             .env_remove("RUSTFLAGS")
             .env_remove("CARGO_BUILD_TARGET")
             .status();
-        let wasm = target_dir.join("wasm32-wasip2/plugin").join(format!("{}.wasm", c.replace('-', "_")));
+        let wasm = target_dir
+            .join("wasm32-wasip2/plugin")
+            .join(format!("{}.wasm", c.replace('-', "_")));
         let problem = match status {
             Ok(s) if s.success() && wasm.is_file() => None,
-            Ok(s) if s.success() => Some(format!("{} not produced (is it a cdylib?)", wasm.display())),
+            Ok(s) if s.success() => {
+                Some(format!("{} not produced (is it a cdylib?)", wasm.display()))
+            }
             Ok(s) => Some(format!("nested cargo build failed: {s}")),
             Err(e) => Some(format!("running cargo: {e}")),
         };
@@ -104,7 +123,9 @@ fn main() {
             if require {
                 fail(format!("builtin plugin {c}: {p}"));
             }
-            println!("cargo::warning=builtin plugin {c} NOT embedded: {p} (set TRAINFORGE_REQUIRE_BUILTIN_PLUGINS=1 to make this fatal)");
+            println!(
+                "cargo::warning=builtin plugin {c} NOT embedded: {p} (set TRAINFORGE_REQUIRE_BUILTIN_PLUGINS=1 to make this fatal)"
+            );
             continue;
         }
         let _ = writeln!(

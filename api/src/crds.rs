@@ -15,11 +15,11 @@ use crate::cel::CelRule;
 use crate::schema::{SchemaError, StructuralSchemas};
 use crate::trainer::v1alpha1::cel;
 use crate::trainer::v1alpha1::constants::CLUSTER_TRAINING_RUNTIME_KIND;
-use crate::trainforge::v1alpha1::{
-    ClusterTrainerPlugin, ClusterTrainerPluginSpec, ClusterTrainerPluginStatus,
-};
 use crate::trainer::v1alpha1::{
     TrainJob, TrainJobSpec, TrainJobStatus, TrainingRuntime, TrainingRuntimeSpec,
+};
+use crate::trainforge::v1alpha1::{
+    ClusterTrainerPlugin, ClusterTrainerPluginSpec, ClusterTrainerPluginStatus,
 };
 
 /// Errors while generating CRDs.
@@ -102,8 +102,12 @@ pub fn cluster_trainer_plugin_crd() -> Result<CustomResourceDefinition, CrdError
     const KIND: &str = crate::trainforge::v1alpha1::CLUSTER_TRAINER_PLUGIN_KIND;
     let err = |source| CrdError::Schema { kind: KIND, source };
     let mut schemas = StructuralSchemas::new();
-    let spec = schemas.schema_for::<ClusterTrainerPluginSpec>().map_err(err)?;
-    let status = schemas.schema_for::<ClusterTrainerPluginStatus>().map_err(err)?;
+    let spec = schemas
+        .schema_for::<ClusterTrainerPluginSpec>()
+        .map_err(err)?;
+    let status = schemas
+        .schema_for::<ClusterTrainerPluginStatus>()
+        .map_err(err)?;
     let root = root_schema(
         "ClusterTrainerPlugin configures one framework plugin (a Wasm component) that the operator fetches, verifies, compiles and serves; editing it swaps the plugin at run time, keeping the last good version serving if the new one fails.",
         spec,

@@ -23,15 +23,26 @@ fn plugin_wasm() -> Vec<u8> {
     if let Ok(p) = std::env::var("TRAINFORGE_BENCH_PLUGIN") {
         return std::fs::read(p).unwrap();
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
     let target: PathBuf = root.join("target/plugin-test-guests");
-    let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--profile=plugin", "--target=wasm32-wasip2", "-p", "plugin-minimal", "--manifest-path"])
-        .arg(root.join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &target)
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .status()
-        .unwrap();
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args([
+                "build",
+                "--profile=plugin",
+                "--target=wasm32-wasip2",
+                "-p",
+                "plugin-minimal",
+                "--manifest-path",
+            ])
+            .arg(root.join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &target)
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .status()
+            .unwrap();
     assert!(status.success());
     std::fs::read(target.join("wasm32-wasip2/plugin/plugin_minimal.wasm")).unwrap()
 }
@@ -58,7 +69,11 @@ fn benches(c: &mut Criterion) {
         })
     });
     let dir = tempfile::tempdir().unwrap();
-    let rt_disk = PluginRuntime::new(RuntimeConfig { cache_dir: Some(dir.path().into()), ..RuntimeConfig::default() }).unwrap();
+    let rt_disk = PluginRuntime::new(RuntimeConfig {
+        cache_dir: Some(dir.path().into()),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
     rt_disk.load(src()).unwrap();
     g.sample_size(50);
     g.bench_function("cached_disk_artifact", |b| {
@@ -74,14 +89,23 @@ fn benches(c: &mut Criterion) {
     let key = std::fs::read_dir(dir.path())
         .unwrap()
         .flatten()
-        .find_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".cwasm")).map(str::to_owned))
+        .find_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".cwasm"))
+                .map(str::to_owned)
+        })
         .unwrap();
     eprintln!(
         "artifact: {} bytes",
-        std::fs::metadata(dir.path().join(format!("{key}.cwasm"))).map(|m| m.len()).unwrap_or(0)
+        std::fs::metadata(dir.path().join(format!("{key}.cwasm")))
+            .map(|m| m.len())
+            .unwrap_or(0)
     );
     g.bench_function("disk_artifact_only", |b| {
-        b.iter(|| black_box(trainforge_precompiled::load(rt_disk.engine(), dir.path(), &key).unwrap()))
+        b.iter(|| {
+            black_box(trainforge_precompiled::load(rt_disk.engine(), dir.path(), &key).unwrap())
+        })
     });
     g.bench_function("cached_memory", |b| {
         b.iter(|| {
@@ -96,15 +120,28 @@ fn benches(c: &mut Criterion) {
     let p = rt.load(src()).unwrap();
     let trainjob = sample::trainjob();
     let info = sample::info(&["minimal"]);
-    let input = PhaseInput { trainjob: trainjob.to_string(), info: serde_json::to_string(&info).unwrap() };
+    let input = PhaseInput {
+        trainjob: trainjob.to_string(),
+        info: serde_json::to_string(&info).unwrap(),
+    };
     eprintln!("info payload: {} bytes", input.info.len());
-    let vinput = ValidateInput { trainjob: input.trainjob.clone(), old_trainjob: None, info: input.info.clone() };
+    let vinput = ValidateInput {
+        trainjob: input.trainjob.clone(),
+        old_trainjob: None,
+        info: input.info.clone(),
+    };
     let mut g = c.benchmark_group("call");
     g.sample_size(100).measurement_time(Duration::from_secs(5));
-    g.bench_function("describe", |b| b.iter(|| black_box(p.describe_fresh().unwrap())));
-    g.bench_function("enforce_ml_policy", |b| b.iter(|| black_box(p.enforce(Phase::EnforceMlPolicy, &input).unwrap())));
+    g.bench_function("describe", |b| {
+        b.iter(|| black_box(p.describe_fresh().unwrap()))
+    });
+    g.bench_function("enforce_ml_policy", |b| {
+        b.iter(|| black_box(p.enforce(Phase::EnforceMlPolicy, &input).unwrap()))
+    });
     g.bench_function("build", |b| b.iter(|| black_box(p.build(&input).unwrap())));
-    g.bench_function("validate", |b| b.iter(|| black_box(p.validate(&vinput).unwrap())));
+    g.bench_function("validate", |b| {
+        b.iter(|| black_box(p.validate(&vinput).unwrap()))
+    });
     g.finish();
 
     // Pipeline of 6 calls, threading the info.
@@ -121,7 +158,13 @@ fn benches(c: &mut Criterion) {
             }
             let mut objects = p.build(&cur).unwrap();
             objects.extend(p.build(&cur).unwrap());
-            let v = p.validate(&ValidateInput { trainjob: cur.trainjob.clone(), old_trainjob: None, info: cur.info.clone() }).unwrap();
+            let v = p
+                .validate(&ValidateInput {
+                    trainjob: cur.trainjob.clone(),
+                    old_trainjob: None,
+                    info: cur.info.clone(),
+                })
+                .unwrap();
             black_box((objects, v))
         })
     });

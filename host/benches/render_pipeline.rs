@@ -69,7 +69,10 @@ fn benches(c: &mut Criterion) {
     input.add_yaml(TRAINJOB, &trainjob_yaml, "default").unwrap();
     let results = render(&input, &plugins).unwrap();
     let rendered = results[0].1.as_ref().unwrap();
-    eprintln!("torch-distributed example: {} objects", rendered.objects.len());
+    eprintln!(
+        "torch-distributed example: {} objects",
+        rendered.objects.len()
+    );
 
     // Inputs of the plugin calls, as `pipeline::run` computes them.
     let job = input.trainjobs[0].clone();
@@ -106,17 +109,29 @@ fn benches(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let t = Instant::now();
     black_box(builtin_plugins_in(Some(dir.path().to_path_buf())).unwrap());
-    eprintln!("load builtins, compiling (empty artifact cache): {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+    eprintln!(
+        "load builtins, compiling (empty artifact cache): {:.0} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
     let mut g = c.benchmark_group("setup");
     g.sample_size(10).measurement_time(Duration::from_secs(5));
-    g.bench_function("crd_defaulter", |b| b.iter(|| black_box(Input::new().unwrap())));
+    g.bench_function("crd_defaulter", |b| {
+        b.iter(|| black_box(Input::new().unwrap()))
+    });
     g.bench_function("load_builtins_disk_cache", |b| {
         b.iter(|| black_box(builtin_plugins_in(Some(dir.path().to_path_buf())).unwrap()))
     });
     g.finish();
 
-    let (full_m, calls_m) = (median(&mut full.borrow_mut()), median(&mut calls.borrow_mut()));
-    let share = if full_m.is_zero() { 0.0 } else { 100.0 * calls_m.as_secs_f64() / full_m.as_secs_f64() };
+    let (full_m, calls_m) = (
+        median(&mut full.borrow_mut()),
+        median(&mut calls.borrow_mut()),
+    );
+    let share = if full_m.is_zero() {
+        0.0
+    } else {
+        100.0 * calls_m.as_secs_f64() / full_m.as_secs_f64()
+    };
     println!(
         "render pipeline median {:.0} µs, of which {:.0} µs ({share:.0} %) in plugin calls",
         full_m.as_secs_f64() * 1e6,

@@ -31,7 +31,9 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(matches!(cli.command, Command::Operator(_)));
     let result = match cli.command {
-        Command::Operator(args) => crate::controller::operator::main(args).map_err(|e| e.to_string()),
+        Command::Operator(args) => {
+            crate::controller::operator::main(args).map_err(|e| e.to_string())
+        }
         Command::Crds(args) => crate::crdgen::run(&args).map_err(|e| e.to_string()),
         Command::Render(args) => crate::render::run(&args).map_err(|e| e.to_string()),
         Command::Plugin(cmd) => crate::plugin::cli::run(cmd).map_err(|e| e.to_string()),
@@ -53,10 +55,16 @@ fn init_tracing(operator: bool) {
     let default = if operator { "info" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     // Ignore the error: a subscriber may already be set (e.g. in tests).
     let _ = if operator && std::env::var("TRAINFORGE_LOG_FORMAT").as_deref() != Ok("text") {
-        builder.json().with_current_span(true).with_span_list(true).try_init()
+        builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .try_init()
     } else {
         builder.try_init()
     };

@@ -22,9 +22,11 @@ use crate::plugin::{self, PluginRuntime, PluginSet, RuntimeConfig};
 
 /// Arguments of `trainforge render`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "The builtin plugins are compiled on first use and kept in \
+#[command(
+    after_help = "The builtin plugins are compiled on first use and kept in \
     $TRAINFORGE_CACHE_DIR (default: ${XDG_CACHE_HOME:-$HOME/.cache}/trainforge/artifacts; \
-    set it to the empty string to disable the cache).")]
+    set it to the empty string to disable the cache)."
+)]
 pub struct RenderArgs {
     /// YAML files (multi-document) holding TrainJobs and the
     /// (Cluster)TrainingRuntimes they reference.
@@ -101,15 +103,20 @@ pub struct Input {
 pub fn run(args: &RenderArgs) -> Result<(), RenderError> {
     let mut input = Input::new()?;
     for path in &args.files {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| RenderError::Read { path: path.display().to_string(), reason: e.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|e| RenderError::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
         input.add_yaml(&path.display().to_string(), &text, &args.namespace)?;
     }
     let plugins = builtin_plugins()?;
     let mut first = true;
     for (job, result) in render(&input, &plugins)? {
         let name = job.metadata.name.clone().unwrap_or_default();
-        let rendered = result.map_err(|source| RenderError::Pipeline { trainjob: name.clone(), source })?;
+        let rendered = result.map_err(|source| RenderError::Pipeline {
+            trainjob: name.clone(),
+            source,
+        })?;
         for w in &rendered.warnings {
             eprintln!("warning: TrainJob {name:?}: {w}");
         }
@@ -136,7 +143,10 @@ pub fn builtin_plugins() -> Result<PluginSet, RenderError> {
 /// shared by every Trainforge version of a user. It must be private to that
 /// user ([`usable_cache_dir`] checks this).
 pub fn builtin_plugins_in(cache_dir: Option<PathBuf>) -> Result<PluginSet, RenderError> {
-    let rt = PluginRuntime::new(RuntimeConfig { cache_dir, ..RuntimeConfig::default() })?;
+    let rt = PluginRuntime::new(RuntimeConfig {
+        cache_dir,
+        ..RuntimeConfig::default()
+    })?;
     Ok(PluginSet::new(plugin::builtin::load_trusted(&rt, None)?)?)
 }
 
@@ -157,7 +167,8 @@ fn cache_dir_from(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
         return (!dir.is_empty()).then(|| PathBuf::from(dir));
     }
     let absolute = |name: &str| var(name).map(PathBuf::from).filter(|p| p.is_absolute());
-    let base = absolute("XDG_CACHE_HOME").or_else(|| absolute("HOME").map(|home| home.join(".cache")))?;
+    let base =
+        absolute("XDG_CACHE_HOME").or_else(|| absolute("HOME").map(|home| home.join(".cache")))?;
     Some(base.join("trainforge").join("artifacts"))
 }
 
@@ -188,13 +199,21 @@ fn check_cache_dir(dir: &Path) -> Result<(), String> {
         use std::os::unix::fs::DirBuilderExt;
         builder.mode(0o700);
     }
-    builder.create(dir).map_err(|e| format!("cannot create it: {e}"))?;
+    builder
+        .create(dir)
+        .map_err(|e| format!("cannot create it: {e}"))?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dir).map_err(|e| e.to_string())?.permissions().mode();
+        let mode = std::fs::metadata(dir)
+            .map_err(|e| e.to_string())?
+            .permissions()
+            .mode();
         if mode & 0o022 != 0 {
-            return Err(format!("it is writable by group or others (mode {:o})", mode & 0o7777));
+            return Err(format!(
+                "it is writable by group or others (mode {:o})",
+                mode & 0o7777
+            ));
         }
     }
     let probe = dir.join(format!(".probe-{}", std::process::id()));
@@ -216,7 +235,10 @@ pub fn render(input: &Input, plugins: &PluginSet) -> Result<RenderResults, Rende
         .iter()
         .map(|job| {
             let runtime = input.runtime_for(job)?;
-            Ok((job.clone(), run_pipeline(job, runtime, plugins).map_err(Box::new)))
+            Ok((
+                job.clone(),
+                run_pipeline(job, runtime, plugins).map_err(Box::new),
+            ))
         })
         .collect()
 }
@@ -224,23 +246,39 @@ pub fn render(input: &Input, plugins: &PluginSet) -> Result<RenderResults, Rende
 impl Input {
     /// An empty input.
     pub fn new() -> Result<Self, RenderError> {
-        Ok(Input { trainjobs: Vec::new(), runtimes: Vec::new(), defaulter: Defaulter::new()? })
+        Ok(Input {
+            trainjobs: Vec::new(),
+            runtimes: Vec::new(),
+            defaulter: Defaulter::new()?,
+        })
     }
 
     /// Add every document of a multi-document YAML text. Documents of other
     /// kinds are ignored.
-    pub fn add_yaml(&mut self, origin: &str, text: &str, namespace: &str) -> Result<(), RenderError> {
-        let docs: Vec<Value> = serde_saphyr::from_multiple(text)
-            .map_err(|e| RenderError::Parse { origin: origin.to_string(), reason: e.to_string() })?;
+    pub fn add_yaml(
+        &mut self,
+        origin: &str,
+        text: &str,
+        namespace: &str,
+    ) -> Result<(), RenderError> {
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(text).map_err(|e| RenderError::Parse {
+                origin: origin.to_string(),
+                reason: e.to_string(),
+            })?;
         for (i, mut doc) in docs.into_iter().enumerate() {
             let origin = format!("{origin} (document {})", i + 1);
             self.defaulter.apply(&mut doc);
-            let parse_err = |e: serde_json::Error| RenderError::Parse { origin: origin.clone(), reason: e.to_string() };
+            let parse_err = |e: serde_json::Error| RenderError::Parse {
+                origin: origin.clone(),
+                reason: e.to_string(),
+            };
             match doc.get("kind").and_then(Value::as_str) {
                 Some(TRAINJOB_KIND) => {
                     set_namespace(&mut doc, namespace);
                     set_placeholder_uid(&mut doc);
-                    self.trainjobs.push(serde_json::from_value(doc).map_err(parse_err)?);
+                    self.trainjobs
+                        .push(serde_json::from_value(doc).map_err(parse_err)?);
                 }
                 Some(TRAINING_RUNTIME_KIND) => {
                     set_namespace(&mut doc, namespace);
@@ -248,7 +286,8 @@ impl Input {
                     self.runtimes.push(RuntimeObject::Namespaced(rt));
                 }
                 Some(CLUSTER_TRAINING_RUNTIME_KIND) => {
-                    let rt: ClusterTrainingRuntime = serde_json::from_value(doc).map_err(parse_err)?;
+                    let rt: ClusterTrainingRuntime =
+                        serde_json::from_value(doc).map_err(parse_err)?;
                     self.runtimes.push(RuntimeObject::Cluster(rt));
                 }
                 _ => {}
@@ -267,7 +306,8 @@ impl Input {
             .find(|rt| {
                 rt.kind() == kind
                     && rt.name() == r.name
-                    && (kind != TRAINING_RUNTIME_KIND || rt.metadata().namespace == job.metadata.namespace)
+                    && (kind != TRAINING_RUNTIME_KIND
+                        || rt.metadata().namespace == job.metadata.namespace)
             })
             .ok_or_else(|| RenderError::RuntimeNotFound {
                 trainjob: job.metadata.name.clone().unwrap_or_default(),
@@ -315,17 +355,38 @@ mod tests {
     use super::*;
 
     fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
-        let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
-        move |name| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| OsString::from(v))
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect();
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| OsString::from(v))
+        }
     }
 
     #[test]
     fn cache_dir_resolution() {
-        let all = [("TRAINFORGE_CACHE_DIR", "/c"), ("XDG_CACHE_HOME", "/x"), ("HOME", "/h")];
+        let all = [
+            ("TRAINFORGE_CACHE_DIR", "/c"),
+            ("XDG_CACHE_HOME", "/x"),
+            ("HOME", "/h"),
+        ];
         assert_eq!(cache_dir_from(vars(&all)), Some(PathBuf::from("/c")));
-        assert_eq!(cache_dir_from(vars(&[("TRAINFORGE_CACHE_DIR", ""), ("HOME", "/h")])), None);
-        assert_eq!(cache_dir_from(vars(&all[1..])), Some(PathBuf::from("/x/trainforge/artifacts")));
-        assert_eq!(cache_dir_from(vars(&all[2..])), Some(PathBuf::from("/h/.cache/trainforge/artifacts")));
+        assert_eq!(
+            cache_dir_from(vars(&[("TRAINFORGE_CACHE_DIR", ""), ("HOME", "/h")])),
+            None
+        );
+        assert_eq!(
+            cache_dir_from(vars(&all[1..])),
+            Some(PathBuf::from("/x/trainforge/artifacts"))
+        );
+        assert_eq!(
+            cache_dir_from(vars(&all[2..])),
+            Some(PathBuf::from("/h/.cache/trainforge/artifacts"))
+        );
         // Relative XDG_CACHE_HOME is ignored; no HOME at all means no cache.
         assert_eq!(
             cache_dir_from(vars(&[("XDG_CACHE_HOME", "rel"), ("HOME", "/h")])),
@@ -346,7 +407,10 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o077, 0);
+            assert_eq!(
+                std::fs::metadata(&dir).unwrap().permissions().mode() & 0o077,
+                0
+            );
         }
     }
 

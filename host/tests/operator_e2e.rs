@@ -54,7 +54,13 @@ fn long_running() -> Value {
     )
 }
 
-async fn wait_condition(client: &kube::Client, ns: &str, name: &str, kind: &str, op: &Operator) -> Value {
+async fn wait_condition(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    kind: &str,
+    op: &Operator,
+) -> Value {
     let start = std::time::Instant::now();
     loop {
         let tj = trainjob(client, ns, name).await;
@@ -74,19 +80,34 @@ async fn wait_condition(client: &kube::Client, ns: &str, name: &str, kind: &str,
 
 #[tokio::test]
 async fn torch_trainjob_runs_to_complete_with_jobs_status() {
-    let Some((env, op, client)) = setup().await else { return };
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
     let ns = env.create_namespace("e2e-complete").await.unwrap();
-    let tj = trainjob_object(&ns, "llm", "torch-distributed", json!({"trainer": {"numNodes": 2}}));
+    let tj = trainjob_object(
+        &ns,
+        "llm",
+        "torch-distributed",
+        json!({"trainer": {"numNodes": 2}}),
+    );
     apply(&client, &tj).await;
     let done = wait_condition(&client, &ns, "llm", "Complete", op).await;
     let c = condition(&done, "Complete").unwrap();
     assert_eq!(c["reason"], "AllJobsCompleted", "{c}");
-    let jobs = done.pointer("/status/jobsStatus").and_then(Value::as_array).unwrap();
+    let jobs = done
+        .pointer("/status/jobsStatus")
+        .and_then(Value::as_array)
+        .unwrap();
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!(jobs[0]["name"], "node");
-    assert_eq!(jobs[0]["succeeded"], 1, "one Job of the node replicated job succeeded: {jobs:?}");
+    assert_eq!(
+        jobs[0]["succeeded"], 1,
+        "one Job of the node replicated job succeeded: {jobs:?}"
+    );
 
-    let js = get(&client, JOBSET, "JobSet", Some(&ns), "llm").await.unwrap();
+    let js = get(&client, JOBSET, "JobSet", Some(&ns), "llm")
+        .await
+        .unwrap();
     let owner = &js["metadata"]["ownerReferences"][0];
     assert_eq!(owner["kind"], "TrainJob");
     assert_eq!(owner["controller"], true);
@@ -97,7 +118,10 @@ async fn torch_trainjob_runs_to_complete_with_jobs_status() {
         .iter()
         .filter_map(|m| m["manager"].as_str())
         .collect();
-    assert!(managers.contains(&"trainer"), "field manager trainer: {managers:?}");
+    assert!(
+        managers.contains(&"trainer"),
+        "field manager trainer: {managers:?}"
+    );
     let env_names: Vec<&str> = js
         .pointer("/spec/replicatedJobs/0/template/spec/template/spec/containers/0/env")
         .and_then(Value::as_array)
@@ -105,23 +129,47 @@ async fn torch_trainjob_runs_to_complete_with_jobs_status() {
         .iter()
         .filter_map(|e| e["name"].as_str())
         .collect();
-    for want in ["PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"] {
+    for want in [
+        "PET_NNODES",
+        "PET_NPROC_PER_NODE",
+        "PET_NODE_RANK",
+        "PET_MASTER_ADDR",
+        "PET_MASTER_PORT",
+    ] {
         assert!(env_names.contains(&want), "{want} in {env_names:?}");
     }
-    let snap = get(&client, "v1", "ConfigMap", Some(&ns), "llm-runtime-snapshot").await.unwrap();
+    let snap = get(
+        &client,
+        "v1",
+        "ConfigMap",
+        Some(&ns),
+        "llm-runtime-snapshot",
+    )
+    .await
+    .unwrap();
     let yaml = snap["data"]["runtime"].as_str().unwrap();
-    assert!(yaml.contains("kind: ClusterTrainingRuntime") && yaml.contains("name: torch-distributed"), "{yaml}");
+    assert!(
+        yaml.contains("kind: ClusterTrainingRuntime") && yaml.contains("name: torch-distributed"),
+        "{yaml}"
+    );
 }
 
 #[tokio::test]
 async fn failing_pod_fails_the_trainjob_with_the_jobset_reason() {
-    let Some((env, op, client)) = setup().await else { return };
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
     let ns = env.create_namespace("e2e-fail").await.unwrap();
     // No pod retries, so the Job (and the JobSet) fails with the first pod.
-    let mut runtime = docs(&root().join("api/tests/fixtures/upstream/torch-distributed.yaml"), None).remove(0);
+    let mut runtime = docs(
+        &root().join("api/tests/fixtures/upstream/torch-distributed.yaml"),
+        None,
+    )
+    .remove(0);
     runtime["kind"] = json!("TrainingRuntime");
     runtime["metadata"] = json!({"name": "no-retries", "namespace": ns});
-    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] = json!(0);
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] =
+        json!(0);
     apply(&client, &runtime).await;
     let tj = trainjob_object(
         &ns,
@@ -133,21 +181,36 @@ async fn failing_pod_fails_the_trainjob_with_the_jobset_reason() {
     apply(&client, &tj).await;
     let failed = wait_condition(&client, &ns, "bad", "Failed", op).await;
     let c = condition(&failed, "Failed").unwrap();
-    let js = get(&client, JOBSET, "JobSet", Some(&ns), "bad").await.unwrap();
-    let js_failed = js["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Failed").unwrap();
-    assert_eq!(c["reason"], js_failed["reason"], "reason copied from the JobSet");
+    let js = get(&client, JOBSET, "JobSet", Some(&ns), "bad")
+        .await
+        .unwrap();
+    let js_failed = js["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .unwrap();
+    assert_eq!(
+        c["reason"], js_failed["reason"],
+        "reason copied from the JobSet"
+    );
     assert_eq!(c["message"], js_failed["message"]);
     assert!(!is_true(&failed, "Complete"));
 }
 
 #[tokio::test]
 async fn suspend_and_resume_are_followed_by_the_jobset() {
-    let Some((env, op, client)) = setup().await else { return };
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
     let ns = env.create_namespace("e2e-suspend").await.unwrap();
     let mut tj = trainjob_object(&ns, "pause", "torch-distributed", json!({"suspend": true}));
     apply(&client, &tj).await;
     let suspended = wait_condition(&client, &ns, "pause", "Suspended", op).await;
-    assert_eq!(condition(&suspended, "Suspended").unwrap()["reason"], "Suspended");
+    assert_eq!(
+        condition(&suspended, "Suspended").unwrap()["reason"],
+        "Suspended"
+    );
     let js = eventually("suspended JobSet", TIMEOUT, || async {
         get(&client, JOBSET, "JobSet", Some(&ns), "pause").await
     })
@@ -172,7 +235,9 @@ async fn suspend_and_resume_are_followed_by_the_jobset() {
 
 #[tokio::test]
 async fn active_deadline_fails_the_job_and_deletes_the_jobset() {
-    let Some((env, op, client)) = setup().await else { return };
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
     let ns = env.create_namespace("e2e-deadline").await.unwrap();
     let tj = trainjob_object(
         &ns,
@@ -186,20 +251,37 @@ async fn active_deadline_fails_the_job_and_deletes_the_jobset() {
     assert_eq!(c["reason"], "DeadlineExceeded");
     assert_eq!(c["message"], "TrainJob exceeded its active deadline");
     eventually("JobSet deleted after the deadline", TIMEOUT, || async {
-        get(&client, JOBSET, "JobSet", Some(&ns), "slow").await.is_none().then_some(())
+        get(&client, JOBSET, "JobSet", Some(&ns), "slow")
+            .await
+            .is_none()
+            .then_some(())
     })
     .await;
     // Terminal: the JobSet is not re-created by later reconciles.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(get(&client, JOBSET, "JobSet", Some(&ns), "slow").await.is_none());
-    assert_eq!(condition(&trainjob(&client, &ns, "slow").await.unwrap(), "Failed").unwrap()["reason"], "DeadlineExceeded");
+    assert!(
+        get(&client, JOBSET, "JobSet", Some(&ns), "slow")
+            .await
+            .is_none()
+    );
+    assert_eq!(
+        condition(&trainjob(&client, &ns, "slow").await.unwrap(), "Failed").unwrap()["reason"],
+        "DeadlineExceeded"
+    );
 }
 
 #[tokio::test]
 async fn mpi_trainjob_gets_ssh_secret_and_hostfile() {
-    let Some((env, op, client)) = setup().await else { return };
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
     let ns = env.create_namespace("e2e-mpi").await.unwrap();
-    let tj = trainjob_object(&ns, "mpi", "deepspeed-distributed", json!({"trainer": {"numNodes": 2}}));
+    let tj = trainjob_object(
+        &ns,
+        "mpi",
+        "deepspeed-distributed",
+        json!({"trainer": {"numNodes": 2}}),
+    );
     apply(&client, &tj).await;
     let secret = eventually("MPI ssh Secret", TIMEOUT, || async {
         get(&client, "v1", "Secret", Some(&ns), "mpi-mpi-ssh-auth").await
@@ -207,24 +289,41 @@ async fn mpi_trainjob_gets_ssh_secret_and_hostfile() {
     .await;
     assert_eq!(secret["type"], "kubernetes.io/ssh-auth");
     assert_eq!(secret["immutable"], true);
-    assert!(secret["data"]["ssh-privatekey"].is_string() && secret["data"]["ssh-publickey"].is_string());
-    let hostfile = get(&client, "v1", "ConfigMap", Some(&ns), "mpi-mpi-hostfile").await.unwrap();
+    assert!(
+        secret["data"]["ssh-privatekey"].is_string() && secret["data"]["ssh-publickey"].is_string()
+    );
+    let hostfile = get(&client, "v1", "ConfigMap", Some(&ns), "mpi-mpi-hostfile")
+        .await
+        .unwrap();
     let text = hostfile["data"]["hostfile"].as_str().unwrap();
     assert_eq!(text.lines().count(), 2, "{text}");
     assert!(text.starts_with("mpi-node-0-0.mpi slots="), "{text}");
     // The key is generated once: a later reconcile keeps the same Secret.
     let uid = secret["metadata"]["uid"].clone();
     let done = wait_condition(&client, &ns, "mpi", "Complete", op).await;
-    assert!(done["status"]["jobsStatus"].as_array().is_some_and(|j| j.len() == 2), "launcher + node");
-    let again = get(&client, "v1", "Secret", Some(&ns), "mpi-mpi-ssh-auth").await.unwrap();
+    assert!(
+        done["status"]["jobsStatus"]
+            .as_array()
+            .is_some_and(|j| j.len() == 2),
+        "launcher + node"
+    );
+    let again = get(&client, "v1", "Secret", Some(&ns), "mpi-mpi-ssh-auth")
+        .await
+        .unwrap();
     assert_eq!(again["metadata"]["uid"], uid);
 }
 
 #[tokio::test]
 async fn coscheduling_runtime_produces_the_podgroup() {
-    let Some((env, _op, client)) = setup().await else { return };
+    let Some((env, _op, client)) = setup().await else {
+        return;
+    };
     let ns = env.create_namespace("e2e-gang").await.unwrap();
-    let mut runtime = docs(&root().join("api/tests/fixtures/upstream/torch-distributed.yaml"), None).remove(0);
+    let mut runtime = docs(
+        &root().join("api/tests/fixtures/upstream/torch-distributed.yaml"),
+        None,
+    )
+    .remove(0);
     runtime["kind"] = json!("TrainingRuntime");
     runtime["metadata"] = json!({"name": "torch-gang", "namespace": ns});
     runtime["spec"]["podGroupPolicy"] = json!({"coscheduling": {"scheduleTimeoutSeconds": 120}});
@@ -237,13 +336,22 @@ async fn coscheduling_runtime_produces_the_podgroup() {
     );
     apply(&client, &tj).await;
     let pg = eventually("PodGroup", TIMEOUT, || async {
-        get(&client, "scheduling.x-k8s.io/v1alpha1", "PodGroup", Some(&ns), "gang").await
+        get(
+            &client,
+            "scheduling.x-k8s.io/v1alpha1",
+            "PodGroup",
+            Some(&ns),
+            "gang",
+        )
+        .await
     })
     .await;
     assert_eq!(pg["spec"]["minMember"], 2);
     assert_eq!(pg["spec"]["scheduleTimeoutSeconds"], 120);
     assert_eq!(pg["metadata"]["ownerReferences"][0]["name"], "gang");
-    let js = get(&client, JOBSET, "JobSet", Some(&ns), "gang").await.unwrap();
+    let js = get(&client, JOBSET, "JobSet", Some(&ns), "gang")
+        .await
+        .unwrap();
     assert_eq!(
         js.pointer("/spec/replicatedJobs/0/template/spec/template/metadata/labels/scheduling.x-k8s.io~1pod-group"),
         Some(&json!("gang"))
@@ -252,9 +360,16 @@ async fn coscheduling_runtime_produces_the_podgroup() {
 
 #[tokio::test]
 async fn deleting_the_trainjob_garbage_collects_everything() {
-    let Some((env, _op, client)) = setup().await else { return };
+    let Some((env, _op, client)) = setup().await else {
+        return;
+    };
     let ns = env.create_namespace("e2e-gc").await.unwrap();
-    let tj = trainjob_object(&ns, "gone", "deepspeed-distributed", json!({"suspend": true}));
+    let tj = trainjob_object(
+        &ns,
+        "gone",
+        "deepspeed-distributed",
+        json!({"suspend": true}),
+    );
     apply(&client, &tj).await;
     for (api, kind, name) in [
         (JOBSET, "JobSet", "gone"),
@@ -262,9 +377,19 @@ async fn deleting_the_trainjob_garbage_collects_everything() {
         ("v1", "ConfigMap", "gone-mpi-hostfile"),
         ("v1", "Secret", "gone-mpi-ssh-auth"),
     ] {
-        eventually(&format!("{kind} {name}"), TIMEOUT, || async { get(&client, api, kind, Some(&ns), name).await }).await;
+        eventually(&format!("{kind} {name}"), TIMEOUT, || async {
+            get(&client, api, kind, Some(&ns), name).await
+        })
+        .await;
     }
-    delete(&client, "trainer.kubeflow.org/v1alpha1", "TrainJob", Some(&ns), "gone").await;
+    delete(
+        &client,
+        "trainer.kubeflow.org/v1alpha1",
+        "TrainJob",
+        Some(&ns),
+        "gone",
+    )
+    .await;
     for (api, kind, name) in [
         (JOBSET, "JobSet", "gone"),
         ("v1", "ConfigMap", "gone-runtime-snapshot"),
@@ -272,7 +397,10 @@ async fn deleting_the_trainjob_garbage_collects_everything() {
         ("v1", "Secret", "gone-mpi-ssh-auth"),
     ] {
         eventually(&format!("{kind} {name} collected"), TIMEOUT, || async {
-            get(&client, api, kind, Some(&ns), name).await.is_none().then_some(())
+            get(&client, api, kind, Some(&ns), name)
+                .await
+                .is_none()
+                .then_some(())
         })
         .await;
     }
@@ -280,12 +408,17 @@ async fn deleting_the_trainjob_garbage_collects_everything() {
 
 #[tokio::test]
 async fn hand_edits_of_owned_fields_are_restored_and_others_kept() {
-    let Some((env, _op, client)) = setup().await else { return };
+    let Some((env, _op, client)) = setup().await else {
+        return;
+    };
     let ns = env.create_namespace("e2e-ssa").await.unwrap();
     // Suspended: the JobSet is re-rendered on every reconcile (not frozen).
     let tj = trainjob_object(&ns, "owned", "torch-distributed", json!({"suspend": true}));
     apply(&client, &tj).await;
-    let js = eventually("JobSet", TIMEOUT, || async { get(&client, JOBSET, "JobSet", Some(&ns), "owned").await }).await;
+    let js = eventually("JobSet", TIMEOUT, || async {
+        get(&client, JOBSET, "JobSet", Some(&ns), "owned").await
+    })
+    .await;
     assert_eq!(js["spec"]["suspend"], true);
     // Someone flips a field the operator owns, and adds a label it does not own.
     let edit = json!({"apiVersion": JOBSET, "kind": "JobSet",
@@ -296,35 +429,73 @@ async fn hand_edits_of_owned_fields_are_restored_and_others_kept() {
     let api = kube::Api::<kube::api::DynamicObject>::namespaced_with(
         client.clone(),
         &ns,
-        &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet")),
+        &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "jobset.x-k8s.io",
+            "v1alpha2",
+            "JobSet",
+        )),
     );
-    api.patch("owned", &kube::api::PatchParams::apply("someone-else").force(), &kube::api::Patch::Apply(&api_edit))
-        .await
-        .unwrap();
+    api.patch(
+        "owned",
+        &kube::api::PatchParams::apply("someone-else").force(),
+        &kube::api::Patch::Apply(&api_edit),
+    )
+    .await
+    .unwrap();
     let restored = eventually("suspend restored by the operator", TIMEOUT, || async {
         let js = get(&client, JOBSET, "JobSet", Some(&ns), "owned").await?;
         (js["spec"]["suspend"] == true).then_some(js)
     })
     .await;
-    assert_eq!(restored["metadata"]["labels"]["team"], "blue", "a field the operator does not own is left alone");
+    assert_eq!(
+        restored["metadata"]["labels"]["team"], "blue",
+        "a field the operator does not own is left alone"
+    );
 }
 
 #[tokio::test]
 async fn trainjob_managed_by_another_controller_is_left_alone() {
-    let Some((env, _op, client)) = setup().await else { return };
+    let Some((env, _op, client)) = setup().await else {
+        return;
+    };
     let ns = env.create_namespace("e2e-managed").await.unwrap();
-    let tj = trainjob_object(&ns, "kueue", "torch-distributed", json!({"managedBy": "kueue.x-k8s.io/multikueue"}));
+    let tj = trainjob_object(
+        &ns,
+        "kueue",
+        "torch-distributed",
+        json!({"managedBy": "kueue.x-k8s.io/multikueue"}),
+    );
     apply(&client, &tj).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
-    assert!(get(&client, JOBSET, "JobSet", Some(&ns), "kueue").await.is_none());
-    assert!(get(&client, "v1", "ConfigMap", Some(&ns), "kueue-runtime-snapshot").await.is_none());
+    assert!(
+        get(&client, JOBSET, "JobSet", Some(&ns), "kueue")
+            .await
+            .is_none()
+    );
+    assert!(
+        get(
+            &client,
+            "v1",
+            "ConfigMap",
+            Some(&ns),
+            "kueue-runtime-snapshot"
+        )
+        .await
+        .is_none()
+    );
     let t = trainjob(&client, &ns, "kueue").await.unwrap();
-    assert!(t.pointer("/status/conditions").is_none(), "{:?}", t.get("status"));
+    assert!(
+        t.pointer("/status/conditions").is_none(),
+        "{:?}",
+        t.get("status")
+    );
 }
 
 #[tokio::test]
 async fn missing_runtime_is_an_event_and_later_creation_recovers() {
-    let Some((env, _op, client)) = setup().await else { return };
+    let Some((env, _op, client)) = setup().await else {
+        return;
+    };
     let ns = env.create_namespace("e2e-missing").await.unwrap();
     let tj = trainjob_object(
         &ns,
@@ -336,7 +507,9 @@ async fn missing_runtime_is_an_event_and_later_creation_recovers() {
     let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
     let ev = eventually("TrainJobResourcesCreationFailed Event", TIMEOUT, || async {
         let list = events.list(&Default::default()).await.ok()?;
-        list.items.into_iter().find(|e| e.reason.as_deref() == Some("TrainJobResourcesCreationFailed"))
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("TrainJobResourcesCreationFailed"))
     })
     .await;
     let note = ev.note.unwrap_or_default();
@@ -346,7 +519,11 @@ async fn missing_runtime_is_an_event_and_later_creation_recovers() {
     );
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
     // Creating the runtime lets the retry succeed.
-    let mut runtime = docs(&root().join("api/tests/fixtures/upstream/torch-distributed.yaml"), None).remove(0);
+    let mut runtime = docs(
+        &root().join("api/tests/fixtures/upstream/torch-distributed.yaml"),
+        None,
+    )
+    .remove(0);
     runtime["kind"] = json!("TrainingRuntime");
     runtime["metadata"] = json!({"name": "later", "namespace": ns});
     apply(&client, &runtime).await;
@@ -358,16 +535,30 @@ async fn missing_runtime_is_an_event_and_later_creation_recovers() {
 
 #[tokio::test]
 async fn the_snapshot_keeps_a_running_job_on_its_original_runtime() {
-    let Some((env, _op, client)) = setup().await else { return };
+    let Some((env, _op, client)) = setup().await else {
+        return;
+    };
     let ns = env.create_namespace("e2e-snapshot").await.unwrap();
-    let mut runtime = docs(&root().join("api/tests/fixtures/upstream/torch-distributed.yaml"), None).remove(0);
+    let mut runtime = docs(
+        &root().join("api/tests/fixtures/upstream/torch-distributed.yaml"),
+        None,
+    )
+    .remove(0);
     runtime["kind"] = json!("TrainingRuntime");
     runtime["metadata"] = json!({"name": "pinned", "namespace": ns});
     runtime["spec"]["template"]["metadata"] = json!({"labels": {"version": "one"}});
     apply(&client, &runtime).await;
-    let tj = trainjob_object(&ns, "snap", "pinned", json!({"runtimeRef": {"name": "pinned", "kind": "TrainingRuntime"}, "suspend": true}));
+    let tj = trainjob_object(
+        &ns,
+        "snap",
+        "pinned",
+        json!({"runtimeRef": {"name": "pinned", "kind": "TrainingRuntime"}, "suspend": true}),
+    );
     apply(&client, &tj).await;
-    let js = eventually("JobSet", TIMEOUT, || async { get(&client, JOBSET, "JobSet", Some(&ns), "snap").await }).await;
+    let js = eventually("JobSet", TIMEOUT, || async {
+        get(&client, JOBSET, "JobSet", Some(&ns), "snap").await
+    })
+    .await;
     assert_eq!(js["metadata"]["labels"]["version"], "one");
     runtime["spec"]["template"]["metadata"] = json!({"labels": {"version": "two"}});
     apply(&client, &runtime).await;
@@ -379,13 +570,20 @@ async fn the_snapshot_keeps_a_running_job_on_its_original_runtime() {
         (js["spec"]["suspend"] == false).then_some(())
     })
     .await;
-    let js = get(&client, JOBSET, "JobSet", Some(&ns), "snap").await.unwrap();
-    assert_eq!(js["metadata"]["labels"]["version"], "one", "the runtime edit did not reach the running job");
+    let js = get(&client, JOBSET, "JobSet", Some(&ns), "snap")
+        .await
+        .unwrap();
+    assert_eq!(
+        js["metadata"]["labels"]["version"], "one",
+        "the runtime edit did not reach the running job"
+    );
 }
 
 #[tokio::test]
 async fn unsupported_runtime_kind_fails_with_upstreams_condition() {
-    let Some((env, _op, client)) = setup().await else { return };
+    let Some((env, _op, client)) = setup().await else {
+        return;
+    };
     let ns = env.create_namespace("e2e-kind").await.unwrap();
     let tj = trainjob_object(
         &ns,
@@ -402,11 +600,17 @@ async fn unsupported_runtime_kind_fails_with_upstreams_condition() {
     let c = condition(&failed, "Failed").unwrap();
     assert_eq!(c["reason"], "TrainingRuntimeNotSupported");
     assert_eq!(c["message"], "unsupported runtime: PyTorchJob.kubeflow.org");
-    assert!(get(&client, JOBSET, "JobSet", Some(&ns), "odd").await.is_none());
+    assert!(
+        get(&client, JOBSET, "JobSet", Some(&ns), "odd")
+            .await
+            .is_none()
+    );
     let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
     let ev = eventually("TrainingRuntimeNotSupported Event", TIMEOUT, || async {
         let list = events.list(&Default::default()).await.ok()?;
-        list.items.into_iter().find(|e| e.reason.as_deref() == Some("TrainingRuntimeNotSupported"))
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("TrainingRuntimeNotSupported"))
     })
     .await;
     assert_eq!(ev.type_.as_deref(), Some("Warning"));

@@ -43,17 +43,34 @@ async fn setup() -> Option<Setup> {
     INSTALLED
         .get_or_init(|| async {
             apply_default_plugins(&client).await;
-            for d in docs(&root().join("api/tests/fixtures/upstream/torch-distributed.yaml"), None) {
+            for d in docs(
+                &root().join("api/tests/fixtures/upstream/torch-distributed.yaml"),
+                None,
+            ) {
                 apply(&client, &d).await;
             }
-            for d in docs(&root().join("api/tests/fixtures/upstream/deepspeed-distributed.yaml"), None) {
+            for d in docs(
+                &root().join("api/tests/fixtures/upstream/deepspeed-distributed.yaml"),
+                None,
+            ) {
                 apply(&client, &d).await;
             }
         })
         .await;
-    let op = OP.get_or_init(|| Operator::start(env, "operator-lifecycle", &["--resync-seconds", &RESYNC.to_string()]));
+    let op = OP.get_or_init(|| {
+        Operator::start(
+            env,
+            "operator-lifecycle",
+            &["--resync-seconds", &RESYNC.to_string()],
+        )
+    });
     op.wait_ready().await;
-    Some(Setup { env, op, client, _serial: serial })
+    Some(Setup {
+        env,
+        op,
+        client,
+        _serial: serial,
+    })
 }
 
 fn sha256(bytes: &[u8]) -> String {
@@ -97,21 +114,45 @@ fn rebuilt(bytes: &[u8], tag: &str) -> Vec<u8> {
 }
 
 async fn plugin_status(client: &kube::Client, name: &str) -> Value {
-    get(client, CTP, "ClusterTrainerPlugin", None, name).await.unwrap_or(Value::Null)
+    get(client, CTP, "ClusterTrainerPlugin", None, name)
+        .await
+        .unwrap_or(Value::Null)
 }
 
 fn plugin_condition<'a>(p: &'a Value, t: &str) -> Option<&'a Value> {
-    p.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == t)
+    p.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == t)
 }
 
 /// Create a TrainJob of the greeter runtime and return its greeting.
 async fn greeting_of(client: &kube::Client, ns: &str, job: &str) -> String {
-    apply(client, &trainjob_object(ns, job, "greet", json!({"runtimeRef": {"name": "greet", "kind": "TrainingRuntime"}, "suspend": true}))).await;
+    apply(
+        client,
+        &trainjob_object(
+            ns,
+            job,
+            "greet",
+            json!({"runtimeRef": {"name": "greet", "kind": "TrainingRuntime"}, "suspend": true}),
+        ),
+    )
+    .await;
     let cm = eventually(&format!("ConfigMap {job}-minimal"), TIMEOUT, || async {
-        get(client, "v1", "ConfigMap", Some(ns), &format!("{job}-minimal")).await
+        get(
+            client,
+            "v1",
+            "ConfigMap",
+            Some(ns),
+            &format!("{job}-minimal"),
+        )
+        .await
     })
     .await;
-    cm["data"]["greeting"].as_str().unwrap_or_default().to_owned()
+    cm["data"]["greeting"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[tokio::test]
@@ -119,7 +160,11 @@ async fn plugin_versions_swap_roll_back_and_bad_modules_are_refused() {
     let Some(s) = setup().await else { return };
     let (client, op) = (&s.client, s.op);
     let ns = s.env.create_namespace("swap").await.unwrap();
-    let mut runtime = docs(&root().join("api/tests/fixtures/upstream/torch-distributed.yaml"), None).remove(0);
+    let mut runtime = docs(
+        &root().join("api/tests/fixtures/upstream/torch-distributed.yaml"),
+        None,
+    )
+    .remove(0);
     runtime["kind"] = json!("TrainingRuntime");
     runtime["metadata"] = json!({"name": "greet", "namespace": ns});
     runtime["spec"]["mlPolicy"]["minimal"] = json!({});
@@ -170,31 +215,76 @@ async fn plugin_versions_swap_roll_back_and_bad_modules_are_refused() {
             edit.elapsed()
         }
     };
-    report(&format!("FIGURE plugin config edit -> new digest serving (status observed): {} ms", served.as_millis()));
+    report(&format!(
+        "FIGURE plugin config edit -> new digest serving (status observed): {} ms",
+        served.as_millis()
+    ));
     for name in &during {
         let cm = eventually(&format!("{name}-minimal"), TIMEOUT, || async {
-            get(client, "v1", "ConfigMap", Some(&ns), &format!("{name}-minimal")).await
+            get(
+                client,
+                "v1",
+                "ConfigMap",
+                Some(&ns),
+                &format!("{name}-minimal"),
+            )
+            .await
         })
         .await;
         let g = cm["data"]["greeting"].as_str().unwrap();
-        assert!(g == "v1" || g == "v2", "every TrainJob saw one whole plugin version: {g}");
+        assert!(
+            g == "v1" || g == "v2",
+            "every TrainJob saw one whole plugin version: {g}"
+        );
     }
-    assert_eq!(greeting_of(client, &ns, "b").await, "v2", "new TrainJobs get the new version");
+    assert_eq!(
+        greeting_of(client, &ns, "b").await,
+        "v2",
+        "new TrainJobs get the new version"
+    );
     let scraped = op.scrape().await;
     let errors_after = metric(&scraped, "trainforge_reconcile_errors_total", &[]);
-    let by_reason: Vec<&str> = scraped.lines().filter(|l| l.starts_with("trainforge_reconcile_errors_total")).collect();
+    let by_reason: Vec<&str> = scraped
+        .lines()
+        .filter(|l| l.starts_with("trainforge_reconcile_errors_total"))
+        .collect();
     assert_eq!(
-        errors_after, errors_before,
+        errors_after,
+        errors_before,
         "no reconcile errors during the swap; errors: {by_reason:?}; operator log:\n{}",
         op.log_tail(40)
     );
     // An unfinished TrainJob's objects follow the plugins in service: "a"
-    // (created under v1, still suspended) converges to v2 on a resync.
+    // (created under v1, still suspended) gets v2's ConfigMap on a resync,
+    // while its JobSet keeps the jobs it was created with (JobSet freezes
+    // them; re-applying a v2 pod template would be denied every time).
     eventually("a-minimal re-rendered by v2", TIMEOUT, || async {
         let a = get(client, "v1", "ConfigMap", Some(&ns), "a-minimal").await?;
         (a["data"]["greeting"] == "v2").then_some(())
     })
     .await;
+    let js = get(client, JOBSET, "JobSet", Some(&ns), "a").await.unwrap();
+    let env = js
+        .pointer("/spec/replicatedJobs/0/template/spec/template/spec/containers/0/env")
+        .cloned()
+        .unwrap_or_default();
+    let greeting = env
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == "MINIMAL_GREETING");
+    assert_eq!(
+        greeting.map(|e| e["value"].clone()),
+        Some(json!("v1")),
+        "JobSet a keeps its v1 pod template: {env}"
+    );
+    let errors_now = metric(&op.scrape().await, "trainforge_reconcile_errors_total", &[]);
+    assert_eq!(
+        errors_now,
+        errors_before,
+        "no reconcile errors once a was re-rendered by v2:\n{}",
+        op.log_tail(40)
+    );
     let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
     let failures: Vec<String> = events
         .list(&Default::default())
@@ -205,16 +295,25 @@ async fn plugin_versions_swap_roll_back_and_bad_modules_are_refused() {
         .filter(|e| e.type_.as_deref() == Some("Warning"))
         .map(|e| format!("{:?}: {:?}", e.reason, e.note))
         .collect();
-    assert!(failures.is_empty(), "no warnings for the TrainJobs created during the swap: {failures:?}");
+    assert!(
+        failures.is_empty(),
+        "no warnings for the TrainJobs created during the swap: {failures:?}"
+    );
 
     // A corrupt module with a matching digest: refused, v2 keeps serving.
     let junk = b"\0asm\x0d\0\x01\0this is not a component".to_vec();
     apply(client, &module_config_map(&ns, "greeter-junk", &junk)).await;
-    apply(client, &greeter(&ns, "greeter-junk", &sha256(&junk), "junk")).await;
+    apply(
+        client,
+        &greeter(&ns, "greeter-junk", &sha256(&junk), "junk"),
+    )
+    .await;
     let p = eventually("corrupt module refused", TIMEOUT, || async {
         let p = plugin_status(client, "greeter").await;
         (plugin_condition(&p, "Degraded")?["status"] == "True"
-            && p.pointer("/status/lastError").and_then(Value::as_str).is_some_and(|e| e.contains("LoadFailed") || e.contains("compil")))
+            && p.pointer("/status/lastError")
+                .and_then(Value::as_str)
+                .is_some_and(|e| e.contains("LoadFailed") || e.contains("compil")))
         .then_some(p)
     })
     .await;
@@ -236,18 +335,39 @@ async fn plugin_versions_swap_roll_back_and_bad_modules_are_refused() {
     apply(client, &greeter(&ns, "greeter-v1", &d1, "v1")).await;
     eventually("rolled back to v1", TIMEOUT, || async {
         let p = plugin_status(client, "greeter").await;
-        (p.pointer("/status/servingDigest") == Some(&json!(d1)) && plugin_condition(&p, "Ready")?["status"] == "True").then_some(())
+        (p.pointer("/status/servingDigest") == Some(&json!(d1))
+            && plugin_condition(&p, "Ready")?["status"] == "True")
+            .then_some(())
     })
     .await;
-    report(&format!("FIGURE plugin rollback to a cached digest -> serving: {} ms", back.elapsed().as_millis()));
+    report(&format!(
+        "FIGURE plugin rollback to a cached digest -> serving: {} ms",
+        back.elapsed().as_millis()
+    ));
     assert_eq!(greeting_of(client, &ns, "d").await, "v1");
 
     // Removing the plugin config removes the plugin.
     delete(client, CTP, "ClusterTrainerPlugin", None, "greeter").await;
-    apply(client, &trainjob_object(&ns, "e", "greet", json!({"runtimeRef": {"name": "greet", "kind": "TrainingRuntime"}, "suspend": true}))).await;
-    eventually("JobSet e", TIMEOUT, || async { get(client, JOBSET, "JobSet", Some(&ns), "e").await }).await;
+    apply(
+        client,
+        &trainjob_object(
+            &ns,
+            "e",
+            "greet",
+            json!({"runtimeRef": {"name": "greet", "kind": "TrainingRuntime"}, "suspend": true}),
+        ),
+    )
+    .await;
+    eventually("JobSet e", TIMEOUT, || async {
+        get(client, JOBSET, "JobSet", Some(&ns), "e").await
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(get(client, "v1", "ConfigMap", Some(&ns), "e-minimal").await.is_none());
+    assert!(
+        get(client, "v1", "ConfigMap", Some(&ns), "e-minimal")
+            .await
+            .is_none()
+    );
 }
 
 /// runtimePatches keeping the node pods running for 10 minutes.
@@ -268,23 +388,52 @@ async fn killing_the_operator_mid_run_loses_and_duplicates_nothing() {
     let n = 12;
     for i in 0..n / 2 {
         let spec = json!({"trainer": {"numNodes": 2}, "runtimePatches": long_running()});
-        apply(client, &trainjob_object(&ns, &format!("mpi-{i}"), "deepspeed-distributed", spec)).await;
+        apply(
+            client,
+            &trainjob_object(&ns, &format!("mpi-{i}"), "deepspeed-distributed", spec),
+        )
+        .await;
     }
     // Half of them have their objects; note what exists.
     let mut before = Vec::new();
     for i in 0..n / 2 {
         let name = format!("mpi-{i}");
-        let js = eventually(&format!("JobSet {name}"), TIMEOUT, || async { get(client, JOBSET, "JobSet", Some(&ns), &name).await }).await;
-        let secret = get(client, "v1", "Secret", Some(&ns), &format!("{name}-mpi-ssh-auth")).await.unwrap();
-        before.push((name, js["metadata"]["uid"].clone(), secret["metadata"]["uid"].clone(), secret["data"].clone()));
+        let js = eventually(&format!("JobSet {name}"), TIMEOUT, || async {
+            get(client, JOBSET, "JobSet", Some(&ns), &name).await
+        })
+        .await;
+        let secret = get(
+            client,
+            "v1",
+            "Secret",
+            Some(&ns),
+            &format!("{name}-mpi-ssh-auth"),
+        )
+        .await
+        .unwrap();
+        before.push((
+            name,
+            js["metadata"]["uid"].clone(),
+            secret["metadata"]["uid"].clone(),
+            secret["data"].clone(),
+        ));
     }
     op.kill();
     // While it is down, more work arrives and one job is suspended.
     for i in n / 2..n {
         let spec = json!({"trainer": {"numNodes": 2}, "runtimePatches": long_running()});
-        apply(client, &trainjob_object(&ns, &format!("mpi-{i}"), "deepspeed-distributed", spec)).await;
+        apply(
+            client,
+            &trainjob_object(&ns, &format!("mpi-{i}"), "deepspeed-distributed", spec),
+        )
+        .await;
     }
-    let mut suspend = trainjob_object(&ns, "mpi-0", "deepspeed-distributed", json!({"trainer": {"numNodes": 2}, "runtimePatches": long_running(), "suspend": true}));
+    let mut suspend = trainjob_object(
+        &ns,
+        "mpi-0",
+        "deepspeed-distributed",
+        json!({"trainer": {"numNodes": 2}, "runtimePatches": long_running(), "suspend": true}),
+    );
     suspend["metadata"]["name"] = json!("mpi-0");
     apply(client, &suspend).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -299,10 +448,26 @@ async fn killing_the_operator_mid_run_loses_and_duplicates_nothing() {
         .await;
     }
     for (name, js_uid, secret_uid, secret_data) in &before {
-        let js = get(client, JOBSET, "JobSet", Some(&ns), name).await.unwrap();
-        assert_eq!(&js["metadata"]["uid"], js_uid, "{name}: JobSet not re-created");
-        let secret = get(client, "v1", "Secret", Some(&ns), &format!("{name}-mpi-ssh-auth")).await.unwrap();
-        assert_eq!(&secret["metadata"]["uid"], secret_uid, "{name}: key Secret kept");
+        let js = get(client, JOBSET, "JobSet", Some(&ns), name)
+            .await
+            .unwrap();
+        assert_eq!(
+            &js["metadata"]["uid"], js_uid,
+            "{name}: JobSet not re-created"
+        );
+        let secret = get(
+            client,
+            "v1",
+            "Secret",
+            Some(&ns),
+            &format!("{name}-mpi-ssh-auth"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            &secret["metadata"]["uid"], secret_uid,
+            "{name}: key Secret kept"
+        );
         assert_eq!(&secret["data"], secret_data, "{name}: same keys");
     }
     eventually("mpi-0 suspended after the restart", TIMEOUT, || async {
@@ -316,23 +481,51 @@ async fn killing_the_operator_mid_run_loses_and_duplicates_nothing() {
         .list(&Default::default())
         .await
         .unwrap();
-    let hostfiles = cms.items.iter().filter(|c| c.metadata.name.as_deref().is_some_and(|n| n.ends_with("-mpi-hostfile"))).count();
-    let snapshots = cms.items.iter().filter(|c| c.metadata.name.as_deref().is_some_and(|n| n.ends_with("-runtime-snapshot"))).count();
+    let hostfiles = cms
+        .items
+        .iter()
+        .filter(|c| {
+            c.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.ends_with("-mpi-hostfile"))
+        })
+        .count();
+    let snapshots = cms
+        .items
+        .iter()
+        .filter(|c| {
+            c.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.ends_with("-runtime-snapshot"))
+        })
+        .count();
     assert_eq!((hostfiles, snapshots), (n, n));
 }
 
 /// Watch JobSets in `ns`, reporting the time each name is first seen.
-fn jobset_seen(client: &kube::Client, ns: &str) -> tokio::sync::mpsc::UnboundedReceiver<(String, Instant)> {
+fn jobset_seen(
+    client: &kube::Client,
+    ns: &str,
+) -> tokio::sync::mpsc::UnboundedReceiver<(String, Instant)> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let api = kube::Api::<kube::api::DynamicObject>::namespaced_with(
         client.clone(),
         ns,
-        &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet")),
+        &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "jobset.x-k8s.io",
+            "v1alpha2",
+            "JobSet",
+        )),
     );
     tokio::spawn(async move {
         let mut s = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
         while let Some(Ok(o)) = s.next().await {
-            if tx.send((o.metadata.name.unwrap_or_default(), Instant::now())).is_err() {
+            if tx
+                .send((o.metadata.name.unwrap_or_default(), Instant::now()))
+                .is_err()
+            {
                 return;
             }
         }
@@ -358,9 +551,16 @@ async fn figures_latency_writes_noop_resync_and_memory() {
     for i in 0..100 {
         let name = format!("lat-{i}");
         let t0 = Instant::now();
-        apply(client, &trainjob_object(&ns, &name, "torch-distributed", json!({"suspend": true}))).await;
+        apply(
+            client,
+            &trainjob_object(&ns, &name, "torch-distributed", json!({"suspend": true})),
+        )
+        .await;
         loop {
-            let (n, at) = tokio::time::timeout(TIMEOUT, seen.recv()).await.unwrap().unwrap();
+            let (n, at) = tokio::time::timeout(TIMEOUT, seen.recv())
+                .await
+                .unwrap()
+                .unwrap();
             if n == name {
                 lat.push(at - t0);
                 break;
@@ -384,7 +584,16 @@ async fn figures_latency_writes_noop_resync_and_memory() {
     let w0 = metric(&op.scrape().await, "trainforge_api_writes_total", &[]);
     let jobs = 10;
     for i in 0..jobs {
-        apply(client, &trainjob_object(&ns, &format!("life-{i}"), "torch-distributed", json!({"trainer": {"numNodes": 2}}))).await;
+        apply(
+            client,
+            &trainjob_object(
+                &ns,
+                &format!("life-{i}"),
+                "torch-distributed",
+                json!({"trainer": {"numNodes": 2}}),
+            ),
+        )
+        .await;
     }
     for i in 0..jobs {
         let name = format!("life-{i}");
@@ -399,7 +608,12 @@ async fn figures_latency_writes_noop_resync_and_memory() {
     let w1 = metric(&text, "trainforge_api_writes_total", &[]);
     let by_kind: Vec<String> = ["ConfigMap", "JobSet", "TrainJob/status", "Event"]
         .iter()
-        .map(|k| format!("{k}={}", metric(&text, "trainforge_api_writes_total", &[("kind", k)])))
+        .map(|k| {
+            format!(
+                "{k}={}",
+                metric(&text, "trainforge_api_writes_total", &[("kind", k)])
+            )
+        })
         .collect();
     report(&format!(
         "FIGURE API writes per TrainJob lifecycle (create -> Complete, torch, 2 nodes): {:.1} (all jobs since start by kind: {})",
@@ -417,11 +631,18 @@ async fn figures_latency_writes_noop_resync_and_memory() {
         2 * RESYNC + 1,
         w2 - w1
     ));
-    assert!(noop1 - noop0 >= (2 * jobs) as f64, "every TrainJob was resynced at least twice: {}", noop1 - noop0);
+    assert!(
+        noop1 - noop0 >= (2 * jobs) as f64,
+        "every TrainJob was resynced at least twice: {}",
+        noop1 - noop0
+    );
     assert_eq!(w2, w1, "a resync that finds nothing changed writes nothing");
 
     // 3. Peak memory with many TrainJobs (suspended: JobSets but no pods).
-    let many: usize = std::env::var("TRAINFORGE_E2E_SCALE").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let many: usize = std::env::var("TRAINFORGE_E2E_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
     let ns = s.env.create_namespace("scale").await.unwrap();
     let start = Instant::now();
     let names: Vec<String> = (0..many).map(|i| format!("s-{i}")).collect();
@@ -430,19 +651,31 @@ async fn figures_latency_writes_noop_resync_and_memory() {
             let client = client.clone();
             let ns = ns.clone();
             async move {
-                apply(&client, &trainjob_object(&ns, &name, "torch-distributed", json!({"suspend": true}))).await;
+                apply(
+                    &client,
+                    &trainjob_object(&ns, &name, "torch-distributed", json!({"suspend": true})),
+                )
+                .await;
             }
         })
         .await;
     let jobsets = kube::Api::<kube::api::DynamicObject>::namespaced_with(
         client.clone(),
         &ns,
-        &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet")),
+        &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "jobset.x-k8s.io",
+            "v1alpha2",
+            "JobSet",
+        )),
     );
-    eventually(&format!("{many} JobSets"), Duration::from_secs(900), || async {
-        let list = jobsets.list_metadata(&Default::default()).await.ok()?;
-        (list.items.len() >= many).then_some(())
-    })
+    eventually(
+        &format!("{many} JobSets"),
+        Duration::from_secs(900),
+        || async {
+            let list = jobsets.list_metadata(&Default::default()).await.ok()?;
+            (list.items.len() >= many).then_some(())
+        },
+    )
     .await;
     let rss = op.peak_rss_kib().unwrap_or(0);
     let now = op.rss_kib().unwrap_or(0);
@@ -454,30 +687,54 @@ async fn figures_latency_writes_noop_resync_and_memory() {
         rss as f64 / 1024.0
     ));
     assert!(rss > 0);
-    let remembered_before = eventually("applied-object memo holds the scale objects", Duration::from_secs(120), || async {
-        let n = metric(&op.scrape().await, "trainforge_applied_objects_remembered", &[]);
-        (n >= many as f64).then_some(n)
-    })
+    let remembered_before = eventually(
+        "applied-object memo holds the scale objects",
+        Duration::from_secs(120),
+        || async {
+            let n = metric(
+                &op.scrape().await,
+                "trainforge_applied_objects_remembered",
+                &[],
+            );
+            (n >= many as f64).then_some(n)
+        },
+    )
     .await;
     // Leave a quiet cluster to the next scenario (its resyncs would keep the operator busy).
     delete(client, "v1", "Namespace", None, &ns).await;
     let trainjobs = kube::Api::<kube::api::DynamicObject>::namespaced_with(
         client.clone(),
         &ns,
-        &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("trainer.kubeflow.org", "v1alpha1", "TrainJob")),
+        &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "trainer.kubeflow.org",
+            "v1alpha1",
+            "TrainJob",
+        )),
     );
-    eventually("scale TrainJobs deleted", Duration::from_secs(600), || async {
-        let list = trainjobs.list_metadata(&Default::default()).await.ok()?;
-        list.items.is_empty().then_some(())
-    })
+    eventually(
+        "scale TrainJobs deleted",
+        Duration::from_secs(600),
+        || async {
+            let list = trainjobs.list_metadata(&Default::default()).await.ok()?;
+            list.items.is_empty().then_some(())
+        },
+    )
     .await;
     // Deleted TrainJobs get no reconcile; the operator still forgets their
     // objects (pruned every resync once they are gone from the watch cache).
     let deleted = Instant::now();
-    let remembered = eventually("applied-object memo pruned", Duration::from_secs(300), || async {
-        let n = metric(&op.scrape().await, "trainforge_applied_objects_remembered", &[]);
-        (n < many as f64).then_some(n)
-    })
+    let remembered = eventually(
+        "applied-object memo pruned",
+        Duration::from_secs(300),
+        || async {
+            let n = metric(
+                &op.scrape().await,
+                "trainforge_applied_objects_remembered",
+                &[],
+            );
+            (n < many as f64).then_some(n)
+        },
+    )
     .await;
     report(&format!(
         "FIGURE applied-object memo: {remembered_before} entries with the scale TrainJobs, {remembered} {:.1}s after they were gone",
@@ -491,22 +748,48 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
     let (client, op) = (&s.client, s.op);
     let ns = s.env.create_namespace("replicas").await.unwrap();
     op.kill(); // this file's operator runs without an election; step it aside
-    let elect = ["--leader-elect", "--lease-namespace", "default", "--resync-seconds", "30"];
+    let elect = [
+        "--leader-elect",
+        "--lease-namespace",
+        "default",
+        "--resync-seconds",
+        "30",
+    ];
     let a = Operator::start(s.env, "replica-a", &elect);
     let b = Operator::start(s.env, "replica-b", &elect);
     a.wait_ready_or_standby().await;
     b.wait_ready_or_standby().await;
-    apply(client, &trainjob_object(&ns, "first", "torch-distributed", json!({"suspend": true}))).await;
-    eventually("JobSet first", TIMEOUT, || async { get(client, JOBSET, "JobSet", Some(&ns), "first").await }).await;
+    apply(
+        client,
+        &trainjob_object(&ns, "first", "torch-distributed", json!({"suspend": true})),
+    )
+    .await;
+    eventually("JobSet first", TIMEOUT, || async {
+        get(client, JOBSET, "JobSet", Some(&ns), "first").await
+    })
+    .await;
     let reconciles = |text: &str| metric(text, "trainforge_reconcile_total", &[]);
     let (ra, rb) = (reconciles(&a.scrape().await), reconciles(&b.scrape().await));
-    assert!((ra > 0.0) != (rb > 0.0), "exactly one replica reconciles: a={ra} b={rb}");
+    assert!(
+        (ra > 0.0) != (rb > 0.0),
+        "exactly one replica reconciles: a={ra} b={rb}"
+    );
     let (leader, standby) = if ra > 0.0 { (&a, &b) } else { (&b, &a) };
     let killed = Instant::now();
     leader.kill();
-    apply(client, &trainjob_object(&ns, "second", "torch-distributed", json!({"suspend": true}))).await;
-    eventually("JobSet second from the standby", TIMEOUT, || async { get(client, JOBSET, "JobSet", Some(&ns), "second").await }).await;
-    report(&format!("FIGURE leader killed -> standby created the next JobSet: {:.1}s (Lease 15s)", killed.elapsed().as_secs_f64()));
+    apply(
+        client,
+        &trainjob_object(&ns, "second", "torch-distributed", json!({"suspend": true})),
+    )
+    .await;
+    eventually("JobSet second from the standby", TIMEOUT, || async {
+        get(client, JOBSET, "JobSet", Some(&ns), "second").await
+    })
+    .await;
+    report(&format!(
+        "FIGURE leader killed -> standby created the next JobSet: {:.1}s (Lease 15s)",
+        killed.elapsed().as_secs_f64()
+    ));
     assert!(reconciles(&standby.scrape().await) > 0.0);
     standby.kill();
     op.restart("operator-lifecycle-after-replicas");

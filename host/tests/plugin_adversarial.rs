@@ -17,8 +17,15 @@ use trainforge::plugin::{
 use trainforge_api::plugin::{Info, Phase};
 
 fn runtime() -> PluginRuntime {
-    let limits = Limits { timeout: Duration::from_millis(300), ..Limits::default() };
-    PluginRuntime::new(RuntimeConfig { limits, ..RuntimeConfig::default() }).unwrap()
+    let limits = Limits {
+        timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    PluginRuntime::new(RuntimeConfig {
+        limits,
+        ..RuntimeConfig::default()
+    })
+    .unwrap()
 }
 
 fn hostile(rt: &PluginRuntime, attack: &str, limits: Option<Limits>) -> LoadedPlugin {
@@ -34,7 +41,10 @@ fn hostile(rt: &PluginRuntime, attack: &str, limits: Option<Limits>) -> LoadedPl
 
 fn input() -> PhaseInput {
     let info = Info::from_runtime_template(&plugin_common::runtime(), &trainjob()).unwrap();
-    PhaseInput { trainjob: trainjob().to_string(), info: serde_json::to_string(&info).unwrap() }
+    PhaseInput {
+        trainjob: trainjob().to_string(),
+        info: serde_json::to_string(&info).unwrap(),
+    }
 }
 
 /// The well-behaved plugin, run through the full pipeline after an attack.
@@ -42,10 +52,19 @@ fn assert_good_plugin_still_works(rt: &PluginRuntime) {
     let bytes = std::fs::read(minimal_wasm()).unwrap();
     let good = rt.load(PluginSource::new("minimal.wasm", bytes)).unwrap();
     let info = Info::from_runtime_template(&plugin_common::runtime(), &trainjob()).unwrap();
-    let out = PluginSet::new(vec![good]).unwrap().reconcile(&trainjob(), &info).unwrap();
+    let out = PluginSet::new(vec![good])
+        .unwrap()
+        .reconcile(&trainjob(), &info)
+        .unwrap();
     assert_eq!(out.objects.len(), 1);
     assert_eq!(out.objects[0]["metadata"]["name"], "job-minimal");
-    let env = &out.info.pod_set("node").unwrap().container("node").unwrap().env;
+    let env = &out
+        .info
+        .pod_set("node")
+        .unwrap()
+        .container("node")
+        .unwrap()
+        .env;
     assert_eq!(env[0].name, "MINIMAL_GREETING");
 }
 
@@ -53,9 +72,14 @@ fn assert_good_plugin_still_works(rt: &PluginRuntime) {
 fn attack(rt: &PluginRuntime, name: &str, limits: Option<Limits>) -> (Error, Duration) {
     let p = hostile(rt, name, limits);
     let start = Instant::now();
-    let err = p.build(&input()).expect_err(&format!("attack {name} must fail"));
+    let err = p
+        .build(&input())
+        .expect_err(&format!("attack {name} must fail"));
     let took = start.elapsed();
-    assert!(err.to_string().contains("hostile"), "error names the plugin: {err}");
+    assert!(
+        err.to_string().contains("hostile"),
+        "error names the plugin: {err}"
+    );
     (err, took)
 }
 
@@ -65,7 +89,10 @@ fn infinite_loop_times_out() {
     let (e, took) = attack(&rt, "loop", None);
     assert!(matches!(e, Error::Timeout { .. }), "{e}");
     assert!(took < Duration::from_secs(3), "stopped in {took:?}");
-    assert!(took >= Duration::from_millis(250), "not before the deadline: {took:?}");
+    assert!(
+        took >= Duration::from_millis(250),
+        "not before the deadline: {took:?}"
+    );
     assert_good_plugin_still_works(&rt);
 }
 
@@ -92,7 +119,10 @@ fn panic_is_a_trap_with_message() {
     let rt = runtime();
     let (e, _) = attack(&rt, "panic", None);
     assert!(matches!(e, Error::Trap { .. }), "{e}");
-    assert!(e.to_string().contains("panicked on purpose"), "panic message captured: {e}");
+    assert!(
+        e.to_string().contains("panicked on purpose"),
+        "panic message captured: {e}"
+    );
     assert_good_plugin_still_works(&rt);
 }
 
@@ -103,7 +133,11 @@ fn hundred_megabytes_of_output_is_refused() {
     let (e, _) = attack(&rt, "huge-output", None);
     assert_eq!(e.reason(), "MemoryLimit", "{e}");
     // With room to build it, the output bound refuses it.
-    let roomy = Limits { memory_bytes: 512 << 20, timeout: Duration::from_secs(5), ..Limits::default() };
+    let roomy = Limits {
+        memory_bytes: 512 << 20,
+        timeout: Duration::from_secs(5),
+        ..Limits::default()
+    };
     let (e, took) = attack(&rt, "huge-output", Some(roomy));
     assert!(matches!(e, Error::InvalidOutput { .. }), "{e}");
     assert!(e.to_string().contains("exceeds"), "{e}");
@@ -156,7 +190,9 @@ fn object_owned_by_another_trainjob_is_forbidden() {
 fn assert_blocked(rt: &PluginRuntime, name: &str) {
     let (e, _) = attack(rt, name, None);
     match &e {
-        Error::Plugin { error, .. } => assert!(error.to_string().contains("blocked"), "{name}: {e}"),
+        Error::Plugin { error, .. } => {
+            assert!(error.to_string().contains("blocked"), "{name}: {e}")
+        }
         other => panic!("{name}: expected the guest to report a denial, got {other}"),
     }
 }
@@ -191,7 +227,9 @@ fn corrupt_module_is_load_failed() {
     for b in &mut bytes[mid..mid + 64] {
         *b = 0xff;
     }
-    let e = rt.load(PluginSource::new("corrupt.wasm", bytes)).unwrap_err();
+    let e = rt
+        .load(PluginSource::new("corrupt.wasm", bytes))
+        .unwrap_err();
     assert_eq!(e.reason(), "LoadFailed", "{e}");
     assert!(e.to_string().contains("corrupt.wasm"), "{e}");
     assert_good_plugin_still_works(&rt);
@@ -214,7 +252,9 @@ fn wrong_sha256_is_digest_mismatch() {
 fn incompatible_interface_version_is_refused() {
     let rt = runtime();
     let bytes = std::fs::read(incompatible_wasm()).unwrap();
-    let e = rt.load(PluginSource::new("future.wasm", bytes)).unwrap_err();
+    let e = rt
+        .load(PluginSource::new("future.wasm", bytes))
+        .unwrap_err();
     assert!(matches!(e, Error::IncompatibleInterface { .. }), "{e}");
     assert!(e.to_string().contains("9.0.0"), "{e}");
     assert_good_plugin_still_works(&rt);

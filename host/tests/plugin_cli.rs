@@ -9,7 +9,10 @@ use serde_json::Value;
 use std::process::Command;
 
 fn trainforge(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_trainforge")).args(args).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_trainforge"))
+        .args(args)
+        .output()
+        .unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -23,7 +26,14 @@ fn inspect_prints_metadata_and_digest() {
     let digest = trainforge::plugin::sha256_hex(&std::fs::read(wasm).unwrap());
     let (ok, out, err) = trainforge(&["plugin", "inspect", wasm]);
     assert!(ok, "{err}");
-    for want in ["name:          minimal", "wit-version:   0.1.0", "mlPolicy.minimal", "enforce-ml-policy, build, validate", "v1/ConfigMap", &digest] {
+    for want in [
+        "name:          minimal",
+        "wit-version:   0.1.0",
+        "mlPolicy.minimal",
+        "enforce-ml-policy, build, validate",
+        "v1/ConfigMap",
+        &digest,
+    ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
     let (ok, out, err) = trainforge(&["plugin", "inspect", "--json", wasm]);
@@ -49,10 +59,15 @@ fn run_prints_objects_info_and_validation() {
     std::fs::write(&cfg, r#"{"greeting": "from-cli"}"#).unwrap();
     let wasm = minimal_wasm().to_str().unwrap();
     let (ok, out, err) = trainforge(&[
-        "plugin", "run", wasm,
-        "--trainjob", tj.to_str().unwrap(),
-        "--runtime", rt.to_str().unwrap(),
-        "--config", cfg.to_str().unwrap(),
+        "plugin",
+        "run",
+        wasm,
+        "--trainjob",
+        tj.to_str().unwrap(),
+        "--runtime",
+        rt.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
     ]);
     assert!(ok, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
@@ -76,18 +91,41 @@ fn run_reports_hostile_plugin_reason() {
     std::fs::write(&rt, runtime().to_string()).unwrap();
     std::fs::write(&cfg, r#"{"attack": "cluster-role-binding"}"#).unwrap();
     let (ok, _, err) = trainforge(&[
-        "plugin", "run", hostile_wasm().to_str().unwrap(),
-        "--trainjob", tj.to_str().unwrap(), "--runtime", rt.to_str().unwrap(), "--config", cfg.to_str().unwrap(),
+        "plugin",
+        "run",
+        hostile_wasm().to_str().unwrap(),
+        "--trainjob",
+        tj.to_str().unwrap(),
+        "--runtime",
+        rt.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
     ]);
     assert!(!ok);
-    assert!(err.contains("ForbiddenObject") && err.contains("hostile"), "{err}");
+    assert!(
+        err.contains("ForbiddenObject") && err.contains("hostile"),
+        "{err}"
+    );
 }
 
 #[test]
 fn bench_prints_percentiles() {
-    let (ok, out, err) = trainforge(&["plugin", "bench", "--iterations", "5", minimal_wasm().to_str().unwrap()]);
+    let (ok, out, err) = trainforge(&[
+        "plugin",
+        "bench",
+        "--iterations",
+        "5",
+        minimal_wasm().to_str().unwrap(),
+    ]);
     assert!(ok, "{err}");
-    for want in ["p50", "p99", "enforce-ml-policy", "build", "validate", "reconcile"] {
+    for want in [
+        "p50",
+        "p99",
+        "enforce-ml-policy",
+        "build",
+        "validate",
+        "reconcile",
+    ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
 }
@@ -99,5 +137,8 @@ fn corrupt_file_is_load_failed() {
     std::fs::write(&f, b"\0asmnot really").unwrap();
     let (ok, _, err) = trainforge(&["plugin", "inspect", f.to_str().unwrap()]);
     assert!(!ok);
-    assert!(err.contains("LoadFailed") && err.contains("bad.wasm"), "{err}");
+    assert!(
+        err.contains("LoadFailed") && err.contains("bad.wasm"),
+        "{err}"
+    );
 }

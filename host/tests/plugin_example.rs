@@ -7,7 +7,9 @@ mod plugin_common;
 
 use plugin_common::*;
 use serde_json::json;
-use trainforge::plugin::{CacheOutcome, PluginRuntime, PluginSet, PluginSource, RuntimeConfig, builtin};
+use trainforge::plugin::{
+    CacheOutcome, PluginRuntime, PluginSet, PluginSource, RuntimeConfig, builtin,
+};
 use trainforge_api::plugin::{Info, Phase, WIT_VERSION};
 use trainforge_sdk::testing::Harness;
 
@@ -25,7 +27,10 @@ fn describe_is_read_at_load() {
     assert_eq!(d.name, "minimal");
     assert_eq!(d.wit_version, WIT_VERSION);
     assert_eq!(d.policy_keys, vec!["mlPolicy.minimal"]);
-    assert_eq!(d.known_phases(), vec![Phase::EnforceMlPolicy, Phase::Build, Phase::Validate]);
+    assert_eq!(
+        d.known_phases(),
+        vec![Phase::EnforceMlPolicy, Phase::Build, Phase::Validate]
+    );
     assert_eq!(d.emits.len(), 1);
     assert_eq!(p.sha256().len(), 64);
     assert_eq!(p.describe_fresh().unwrap(), *d);
@@ -37,7 +42,10 @@ fn wasm_matches_native_harness() {
     let config = json!({"greeting": "servus"});
     let p = load(&rt, config.clone());
     let info = Info::from_runtime_template(&runtime(), &trainjob()).unwrap();
-    let wasm = PluginSet::new(vec![p]).unwrap().reconcile(&trainjob(), &info).unwrap();
+    let wasm = PluginSet::new(vec![p])
+        .unwrap()
+        .reconcile(&trainjob(), &info)
+        .unwrap();
     let native = Harness::<plugin_minimal::Minimal>::new(trainjob(), info.clone())
         .with_config(config)
         .run()
@@ -60,7 +68,12 @@ fn validate_and_plugin_errors_cross_the_boundary() {
     assert_eq!(v.errors.len(), 1);
     assert_eq!(v.errors[0].error.field, "spec.trainer.env");
     assert_eq!(v.errors[0].plugin, "minimal");
-    assert!(set.validate(&trainjob(), None, &info).unwrap().errors.is_empty());
+    assert!(
+        set.validate(&trainjob(), None, &info)
+            .unwrap()
+            .errors
+            .is_empty()
+    );
 
     let bad = PluginSet::new(vec![load(&rt, json!({"greeting": 5}))]).unwrap();
     let e = bad.reconcile(&trainjob(), &info).unwrap_err();
@@ -71,16 +84,25 @@ fn validate_and_plugin_errors_cross_the_boundary() {
 #[test]
 fn artifacts_are_cached_on_disk_and_in_memory() {
     let dir = tempfile::tempdir().unwrap();
-    let config = || RuntimeConfig { cache_dir: Some(dir.path().to_path_buf()), ..RuntimeConfig::default() };
+    let config = || RuntimeConfig {
+        cache_dir: Some(dir.path().to_path_buf()),
+        ..RuntimeConfig::default()
+    };
     let bytes = std::fs::read(minimal_wasm()).unwrap();
     let rt = PluginRuntime::new(config()).unwrap();
-    let (_, o) = rt.load_traced(PluginSource::new("m", bytes.clone())).unwrap();
+    let (_, o) = rt
+        .load_traced(PluginSource::new("m", bytes.clone()))
+        .unwrap();
     assert_eq!(o, CacheOutcome::Compiled);
-    let (_, o) = rt.load_traced(PluginSource::new("m", bytes.clone())).unwrap();
+    let (_, o) = rt
+        .load_traced(PluginSource::new("m", bytes.clone()))
+        .unwrap();
     assert_eq!(o, CacheOutcome::Memory);
     drop(rt);
     let rt = PluginRuntime::new(config()).unwrap();
-    let (p, o) = rt.load_traced(PluginSource::new("m", bytes.clone())).unwrap();
+    let (p, o) = rt
+        .load_traced(PluginSource::new("m", bytes.clone()))
+        .unwrap();
     assert_eq!(o, CacheOutcome::Disk);
     assert_eq!(p.name(), "minimal");
     // A corrupted artifact is ignored (recompiled), never loaded.
@@ -108,12 +130,20 @@ fn builtin_plugins_are_embedded_and_load() {
     // CI builds this test once with
     // TRAINFORGE_EXTRA_BUILTIN_PLUGINS=examples/plugin-minimal to prove the
     // embedding path end to end.
-    if option_env!("TRAINFORGE_EXTRA_BUILTIN_PLUGINS").is_some_and(|v| v.contains("plugin-minimal")) {
-        let b = builtin::all().iter().find(|b| b.crate_name == "plugin-minimal").expect("embedded");
+    if option_env!("TRAINFORGE_EXTRA_BUILTIN_PLUGINS").is_some_and(|v| v.contains("plugin-minimal"))
+    {
+        let b = builtin::all()
+            .iter()
+            .find(|b| b.crate_name == "plugin-minimal")
+            .expect("embedded");
         assert_eq!(rt.load(b.source()).unwrap().name(), "minimal");
     }
     let crates_on_disk = std::fs::read_dir(root().join("plugins"))
-        .map(|d| d.flatten().filter(|e| e.path().join("Cargo.toml").is_file()).count())
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().join("Cargo.toml").is_file())
+                .count()
+        })
         .unwrap_or(0);
     assert!(builtin::all().len() <= crates_on_disk + 1);
 }

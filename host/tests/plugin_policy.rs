@@ -11,13 +11,21 @@ use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use trainforge::plugin::{
-    CallObserver, FailurePolicy, Limits, LoadedPlugin, PluginRuntime, PluginSet, PluginSource, RuntimeConfig,
+    CallObserver, FailurePolicy, Limits, LoadedPlugin, PluginRuntime, PluginSet, PluginSource,
+    RuntimeConfig,
 };
 use trainforge_api::plugin::{Info, KindRef, Phase};
 
 fn runtime() -> PluginRuntime {
-    let limits = Limits { timeout: Duration::from_millis(300), ..Limits::default() };
-    PluginRuntime::new(RuntimeConfig { limits, ..RuntimeConfig::default() }).unwrap()
+    let limits = Limits {
+        timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    PluginRuntime::new(RuntimeConfig {
+        limits,
+        ..RuntimeConfig::default()
+    })
+    .unwrap()
 }
 
 fn minimal(rt: &PluginRuntime, edit: impl FnOnce(&mut PluginSource)) -> LoadedPlugin {
@@ -42,40 +50,71 @@ fn runtime_json() -> serde_json::Value {
 }
 
 fn greeting_env(info: &Info) -> Vec<String> {
-    info.pod_set("node").unwrap().container("node").unwrap().env.iter().map(|e| e.name.clone()).collect()
+    info.pod_set("node")
+        .unwrap()
+        .container("node")
+        .unwrap()
+        .env
+        .iter()
+        .map(|e| e.name.clone())
+        .collect()
 }
 
 #[test]
 fn ignored_failures_become_warnings_and_the_pass_goes_on() {
     let rt = runtime();
     // build traps, enforce times out, status returns garbage: all ignored.
-    for (attack, phase, reason) in
-        [("panic", "build", "Trap"), ("loop-enforce", "enforce-ml-policy", "Timeout"), ("foreign-owner", "build", "ForbiddenObject")]
-    {
-        let set = PluginSet::new(vec![hostile(&rt, attack, FailurePolicy::Ignore), minimal(&rt, |_| {})]).unwrap();
+    for (attack, phase, reason) in [
+        ("panic", "build", "Trap"),
+        ("loop-enforce", "enforce-ml-policy", "Timeout"),
+        ("foreign-owner", "build", "ForbiddenObject"),
+    ] {
+        let set = PluginSet::new(vec![
+            hostile(&rt, attack, FailurePolicy::Ignore),
+            minimal(&rt, |_| {}),
+        ])
+        .unwrap();
         let out = set.reconcile(&trainjob(), &info()).unwrap();
-        assert_eq!(out.objects.len(), 1, "{attack}: the minimal plugin's ConfigMap is still built");
+        assert_eq!(
+            out.objects.len(),
+            1,
+            "{attack}: the minimal plugin's ConfigMap is still built"
+        );
         assert_eq!(out.objects[0]["metadata"]["name"], "job-minimal");
         assert_eq!(greeting_env(&out.info), vec!["MINIMAL_GREETING"]);
         assert_eq!(out.warnings.len(), 1, "{attack}: {:?}", out.warnings);
         let w = &out.warnings[0];
-        assert!(w.contains("hostile") && w.contains(phase) && w.contains(reason), "{attack}: {w}");
+        assert!(
+            w.contains("hostile") && w.contains(phase) && w.contains(reason),
+            "{attack}: {w}"
+        );
     }
     let set = PluginSet::new(vec![hostile(&rt, "bad-status", FailurePolicy::Ignore)]).unwrap();
     let s = set.status_report(&trainjob(), &info()).unwrap();
     assert_eq!(s.status, None);
-    assert!(s.warnings[0].contains("status") && s.warnings[0].contains("InvalidOutput"), "{:?}", s.warnings);
+    assert!(
+        s.warnings[0].contains("status") && s.warnings[0].contains("InvalidOutput"),
+        "{:?}",
+        s.warnings
+    );
     assert_eq!(set.status(&trainjob(), &info()).unwrap(), None);
 }
 
 #[test]
 fn fail_policy_stops_the_pass() {
     let rt = runtime();
-    let set = PluginSet::new(vec![hostile(&rt, "panic", FailurePolicy::Fail), minimal(&rt, |_| {})]).unwrap();
+    let set = PluginSet::new(vec![
+        hostile(&rt, "panic", FailurePolicy::Fail),
+        minimal(&rt, |_| {}),
+    ])
+    .unwrap();
     let e = set.reconcile(&trainjob(), &info()).unwrap_err();
     assert_eq!(e.reason(), "Trap", "{e}");
     let set = PluginSet::new(vec![hostile(&rt, "bad-status", FailurePolicy::Fail)]).unwrap();
-    assert_eq!(set.status(&trainjob(), &info()).unwrap_err().reason(), "InvalidOutput");
+    assert_eq!(
+        set.status(&trainjob(), &info()).unwrap_err().reason(),
+        "InvalidOutput"
+    );
 }
 
 #[test]
@@ -97,25 +136,50 @@ fn validate_honours_the_failure_policy() {
         s.config = json!({"greeting": 5}).to_string();
         s.failure_policy = FailurePolicy::Ignore;
     });
-    let out = PluginSet::new(vec![bad]).unwrap().reconcile(&trainjob(), &info()).unwrap();
-    assert!(out.objects.is_empty(), "enforce and build both failed and were skipped");
+    let out = PluginSet::new(vec![bad])
+        .unwrap()
+        .reconcile(&trainjob(), &info())
+        .unwrap();
+    assert!(
+        out.objects.is_empty(),
+        "enforce and build both failed and were skipped"
+    );
     assert_eq!(out.warnings.len(), 2, "{:?}", out.warnings);
-    assert!(out.warnings[0].contains("enforce-ml-policy") && out.warnings[0].contains("PluginError"));
+    assert!(
+        out.warnings[0].contains("enforce-ml-policy") && out.warnings[0].contains("PluginError")
+    );
     assert!(out.warnings[1].contains("build"));
 }
 
 #[test]
 fn allowed_emits_narrow_what_the_plugin_declared() {
     let rt = runtime();
-    let narrowed = minimal(&rt, |s| s.allowed_emits = Some(vec![KindRef::new("v1", "Secret")]));
-    assert!(narrowed.allowed_emits().is_empty(), "ConfigMap declared but not allowed; Secret allowed but not declared");
-    assert_eq!(narrowed.descriptor().emits, vec![KindRef::new("v1", "ConfigMap")], "the descriptor is unchanged");
-    let e = PluginSet::new(vec![narrowed]).unwrap().reconcile(&trainjob(), &info()).unwrap_err();
+    let narrowed = minimal(&rt, |s| {
+        s.allowed_emits = Some(vec![KindRef::new("v1", "Secret")])
+    });
+    assert!(
+        narrowed.allowed_emits().is_empty(),
+        "ConfigMap declared but not allowed; Secret allowed but not declared"
+    );
+    assert_eq!(
+        narrowed.descriptor().emits,
+        vec![KindRef::new("v1", "ConfigMap")],
+        "the descriptor is unchanged"
+    );
+    let e = PluginSet::new(vec![narrowed])
+        .unwrap()
+        .reconcile(&trainjob(), &info())
+        .unwrap_err();
     assert_eq!(e.reason(), "ForbiddenObject", "{e}");
     assert!(e.to_string().contains("ConfigMap"), "{e}");
 
-    let allowed = minimal(&rt, |s| s.allowed_emits = Some(vec![KindRef::new("v1", "ConfigMap")]));
-    let out = PluginSet::new(vec![allowed]).unwrap().reconcile(&trainjob(), &info()).unwrap();
+    let allowed = minimal(&rt, |s| {
+        s.allowed_emits = Some(vec![KindRef::new("v1", "ConfigMap")])
+    });
+    let out = PluginSet::new(vec![allowed])
+        .unwrap()
+        .reconcile(&trainjob(), &info())
+        .unwrap();
     assert_eq!(out.objects.len(), 1);
 }
 
@@ -126,13 +190,25 @@ fn phases_narrow_what_is_called() {
     assert!(build_only.implements(Phase::EnforceMlPolicy));
     assert!(!build_only.calls(Phase::EnforceMlPolicy));
     assert!(build_only.calls(Phase::Build));
-    assert!(!build_only.calls(Phase::Status), "not implemented, so not called even if listed");
-    let out = PluginSet::new(vec![build_only.clone()]).unwrap().reconcile(&trainjob(), &info()).unwrap();
+    assert!(
+        !build_only.calls(Phase::Status),
+        "not implemented, so not called even if listed"
+    );
+    let out = PluginSet::new(vec![build_only.clone()])
+        .unwrap()
+        .reconcile(&trainjob(), &info())
+        .unwrap();
     assert_eq!(out.objects.len(), 1);
-    assert!(greeting_env(&out.info).is_empty(), "enforce-ml-policy was not called");
+    assert!(
+        greeting_env(&out.info).is_empty(),
+        "enforce-ml-policy was not called"
+    );
     let mut tj = trainjob();
     tj["spec"]["trainer"]["env"] = json!([{"name": "MINIMAL_GREETING", "value": "x"}]);
-    let v = PluginSet::new(vec![build_only]).unwrap().validate(&tj, None, &info()).unwrap();
+    let v = PluginSet::new(vec![build_only])
+        .unwrap()
+        .validate(&tj, None, &info())
+        .unwrap();
     assert!(v.errors.is_empty(), "validate was not called");
 }
 
@@ -143,32 +219,61 @@ type Call = (String, String, Option<&'static str>, usize);
 struct Recorder(Mutex<Vec<Call>>);
 
 impl CallObserver for Recorder {
-    fn on_call(&self, plugin: &str, phase: &str, elapsed: Duration, failure: Option<&'static str>, high_water: usize) {
+    fn on_call(
+        &self,
+        plugin: &str,
+        phase: &str,
+        elapsed: Duration,
+        failure: Option<&'static str>,
+        high_water: usize,
+    ) {
         assert!(elapsed > Duration::ZERO);
-        self.0.lock().unwrap().push((plugin.to_owned(), phase.to_owned(), failure, high_water));
+        self.0
+            .lock()
+            .unwrap()
+            .push((plugin.to_owned(), phase.to_owned(), failure, high_water));
     }
 }
 
 #[test]
 fn the_observer_sees_every_guest_call() {
     let recorder = Arc::new(Recorder::default());
-    let rt = PluginRuntime::new(RuntimeConfig { observer: Some(recorder.clone()), ..RuntimeConfig::default() }).unwrap();
+    let rt = PluginRuntime::new(RuntimeConfig {
+        observer: Some(recorder.clone()),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
     let p = minimal(&rt, |_| {});
     let h = hostile(&rt, "panic", FailurePolicy::Fail);
     {
         let calls = recorder.0.lock().unwrap();
         assert_eq!(calls.len(), 2, "{calls:?}");
-        assert_eq!((calls[0].0.as_str(), calls[0].1.as_str(), calls[0].2), ("minimal", "describe", None));
+        assert_eq!(
+            (calls[0].0.as_str(), calls[0].1.as_str(), calls[0].2),
+            ("minimal", "describe", None)
+        );
         assert!(calls[0].3 > 0, "memory high-water is reported");
     }
-    PluginSet::new(vec![p.clone()]).unwrap().reconcile(&trainjob(), &info()).unwrap();
-    let _ = h.build(&trainforge::plugin::PhaseInput { trainjob: trainjob().to_string(), info: "{}".into() });
+    PluginSet::new(vec![p.clone()])
+        .unwrap()
+        .reconcile(&trainjob(), &info())
+        .unwrap();
+    let _ = h.build(&trainforge::plugin::PhaseInput {
+        trainjob: trainjob().to_string(),
+        info: "{}".into(),
+    });
     let calls = recorder.0.lock().unwrap().clone();
-    let phases: Vec<(&str, &str, Option<&str>)> =
-        calls[2..].iter().map(|(p, ph, f, _)| (p.as_str(), ph.as_str(), *f)).collect();
+    let phases: Vec<(&str, &str, Option<&str>)> = calls[2..]
+        .iter()
+        .map(|(p, ph, f, _)| (p.as_str(), ph.as_str(), *f))
+        .collect();
     assert_eq!(
         phases,
-        vec![("minimal", "enforce-ml-policy", None), ("minimal", "build", None), ("hostile", "build", Some("Trap"))]
+        vec![
+            ("minimal", "enforce-ml-policy", None),
+            ("minimal", "build", None),
+            ("hostile", "build", Some("Trap"))
+        ]
     );
 
     // set_observer replaces it, also for plugins loaded before.
@@ -209,7 +314,10 @@ fn plugins_keep_their_deadline_after_the_runtime_is_dropped() {
     let p = hostile(&rt, "loop-enforce", FailurePolicy::Fail);
     drop(rt);
     let start = std::time::Instant::now();
-    let e = PluginSet::new(vec![p]).unwrap().reconcile(&trainjob(), &info()).unwrap_err();
+    let e = PluginSet::new(vec![p])
+        .unwrap()
+        .reconcile(&trainjob(), &info())
+        .unwrap_err();
     assert_eq!(e.reason(), "Timeout");
     assert!(start.elapsed() < Duration::from_secs(5));
 }

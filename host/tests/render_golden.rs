@@ -27,7 +27,10 @@ fn repo_root() -> PathBuf {
 /// keep the keys of such Secrets but replace their values with a marker. The
 /// MPI plugin's unit tests check the keys themselves.
 fn redact_random(objects: &mut [serde_json::Value]) {
-    for o in objects.iter_mut().filter(|o| o["kind"] == "Secret" && o["type"] == "kubernetes.io/ssh-auth") {
+    for o in objects
+        .iter_mut()
+        .filter(|o| o["kind"] == "Secret" && o["type"] == "kubernetes.io/ssh-auth")
+    {
         if let Some(data) = o.get_mut("data").and_then(serde_json::Value::as_object_mut) {
             for v in data.values_mut() {
                 *v = serde_json::Value::String("<random>".into());
@@ -46,16 +49,31 @@ struct Outcome {
 fn render_case(dir: &Path, plugins: &trainforge::plugin::PluginSet) -> Outcome {
     let mut input = Input::new().expect("CRD defaults");
     let list = std::fs::read_to_string(dir.join("inputs")).expect("inputs file");
-    for line in list.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+    for line in list
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
         let path = repo_root().join(line);
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         if let Err(e) = input.add_yaml(line, &text, "default") {
-            return Outcome { expected: None, warnings: None, error: Some(format!("{e}\n")) };
+            return Outcome {
+                expected: None,
+                warnings: None,
+                error: Some(format!("{e}\n")),
+            };
         }
     }
     let results = match render(&input, plugins) {
         Ok(r) => r,
-        Err(e) => return Outcome { expected: None, warnings: None, error: Some(format!("{e}\n")) },
+        Err(e) => {
+            return Outcome {
+                expected: None,
+                warnings: None,
+                error: Some(format!("{e}\n")),
+            };
+        }
     };
     let (mut yaml, mut warnings, mut errors) = (String::new(), String::new(), String::new());
     let mut first = true;
@@ -73,7 +91,11 @@ fn render_case(dir: &Path, plugins: &trainforge::plugin::PluginSet) -> Outcome {
         }
     }
     let some = |s: String| (!s.is_empty()).then_some(s);
-    Outcome { expected: some(yaml), warnings: some(warnings), error: some(errors) }
+    Outcome {
+        expected: some(yaml),
+        warnings: some(warnings),
+        error: some(errors),
+    }
 }
 
 fn check_file(path: &Path, actual: Option<&str>, update: bool, failures: &mut Vec<String>) {
@@ -109,13 +131,32 @@ fn render_matches_golden_files() {
         .filter(|p| p.join("inputs").is_file())
         .collect();
     cases.sort();
-    assert!(!cases.is_empty(), "no golden cases under {}", golden.display());
+    assert!(
+        !cases.is_empty(),
+        "no golden cases under {}",
+        golden.display()
+    );
     let mut failures = Vec::new();
     for dir in &cases {
         let out = render_case(dir, &plugins);
-        check_file(&dir.join("expected.yaml"), out.expected.as_deref(), update, &mut failures);
-        check_file(&dir.join("warnings.txt"), out.warnings.as_deref(), update, &mut failures);
-        check_file(&dir.join("error.txt"), out.error.as_deref(), update, &mut failures);
+        check_file(
+            &dir.join("expected.yaml"),
+            out.expected.as_deref(),
+            update,
+            &mut failures,
+        );
+        check_file(
+            &dir.join("warnings.txt"),
+            out.warnings.as_deref(),
+            update,
+            &mut failures,
+        );
+        check_file(
+            &dir.join("error.txt"),
+            out.error.as_deref(),
+            update,
+            &mut failures,
+        );
     }
     assert!(
         failures.is_empty(),
@@ -133,7 +174,11 @@ fn artifacts(dir: &Path) -> Vec<(String, u64, std::time::SystemTime)> {
         .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
         .map(|e| {
             let m = e.metadata().expect("metadata");
-            (e.file_name().to_string_lossy().into_owned(), m.len(), m.modified().expect("mtime"))
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                m.len(),
+                m.modified().expect("mtime"),
+            )
         })
         .collect();
     out.sort();
@@ -150,10 +195,22 @@ fn builtin_plugins_reuse_the_artifact_cache() {
     let dir = tmp.path().join("artifacts");
     builtin_plugins_in(Some(dir.clone())).expect("compile and store the builtins");
     let stored = artifacts(&dir);
-    assert_eq!(stored.len(), trainforge::plugin::builtin::all().len(), "one artifact per builtin: {stored:?}");
-    let cached = builtin_plugins_in(Some(dir.clone())).expect("load the builtins from the artifact cache");
-    assert_eq!(artifacts(&dir), stored, "artifacts were rewritten, i.e. recompiled");
+    assert_eq!(
+        stored.len(),
+        trainforge::plugin::builtin::all().len(),
+        "one artifact per builtin: {stored:?}"
+    );
+    let cached =
+        builtin_plugins_in(Some(dir.clone())).expect("load the builtins from the artifact cache");
+    assert_eq!(
+        artifacts(&dir),
+        stored,
+        "artifacts were rewritten, i.e. recompiled"
+    );
     let case = repo_root().join("host/tests/golden/worked-example");
     let expected = std::fs::read_to_string(case.join("expected.yaml")).expect("expected.yaml");
-    assert_eq!(render_case(&case, &cached).expected.as_deref(), Some(expected.as_str()));
+    assert_eq!(
+        render_case(&case, &cached).expected.as_deref(),
+        Some(expected.as_str())
+    );
 }

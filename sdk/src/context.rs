@@ -1,10 +1,10 @@
 //! The values a phase works on, plus helpers for common edits.
 
 use crate::host::Host;
+use crate::lazy_info::InfoCell;
 use k8s_openapi::api::core::v1::{EnvVar, Volume, VolumeMount};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use crate::lazy_info::InfoCell;
 use std::cell::OnceCell;
 use trainforge_api::plugin::{Info, KindRef, PluginError, PodSet};
 
@@ -44,17 +44,32 @@ struct Lazy<T> {
 
 impl<T: DeserializeOwned + Default> Lazy<T> {
     fn parsed(value: T) -> Self {
-        Lazy { json: None, what: "", value: OnceCell::new(), owned: Some(value), error: OnceCell::new() }
+        Lazy {
+            json: None,
+            what: "",
+            value: OnceCell::new(),
+            owned: Some(value),
+            error: OnceCell::new(),
+        }
     }
 
     fn raw(what: &'static str, json: &str) -> Self {
-        Lazy { json: Some(json.to_owned()), what, value: OnceCell::new(), owned: None, error: OnceCell::new() }
+        Lazy {
+            json: Some(json.to_owned()),
+            what,
+            value: OnceCell::new(),
+            owned: None,
+            error: OnceCell::new(),
+        }
     }
 
     fn parse(&self) -> T {
         let json = self.json.as_deref().unwrap_or("{}");
         serde_json::from_str(json).unwrap_or_else(|e| {
-            let _ = self.error.set(PluginError::InvalidInput(format!("{} JSON: {e}", self.what)));
+            let _ = self.error.set(PluginError::InvalidInput(format!(
+                "{} JSON: {e}",
+                self.what
+            )));
             T::default()
         })
     }
@@ -137,7 +152,11 @@ impl<'a> PhaseContext<'a> {
 
     /// The first input that failed to parse (lazy contexts only).
     pub fn input_error(&self) -> Option<PluginError> {
-        self.trainjob.error.get().or_else(|| self.info.error()).cloned()
+        self.trainjob
+            .error
+            .get()
+            .or_else(|| self.info.error())
+            .cloned()
     }
 
     /// The TrainJob (JSON), as modified by earlier phases.
@@ -199,12 +218,18 @@ impl<'a> PhaseContext<'a> {
 
     /// The TrainJob's `metadata.name` (empty if absent).
     pub fn trainjob_name(&self) -> &str {
-        self.trainjob().pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default()
+        self.trainjob()
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
     }
 
     /// The TrainJob's `metadata.namespace` (empty if absent).
     pub fn trainjob_namespace(&self) -> &str {
-        self.trainjob().pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default()
+        self.trainjob()
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
     }
 
     /// A policy by key (`mlPolicy.torch`, `podGroupPolicy.volcano`, ...).
@@ -234,11 +259,15 @@ impl<'a> PhaseContext<'a> {
         name: &str,
         value: &str,
     ) -> Result<(), PluginError> {
-        self.upsert_env(pod_set, container, EnvVar {
-            name: name.to_owned(),
-            value: Some(value.to_owned()),
-            value_from: None,
-        })
+        self.upsert_env(
+            pod_set,
+            container,
+            EnvVar {
+                name: name.to_owned(),
+                value: Some(value.to_owned()),
+                value_from: None,
+            },
+        )
     }
 
     /// Upsert an env var (by name) in a container of a pod set.
@@ -250,7 +279,9 @@ impl<'a> PhaseContext<'a> {
     ) -> Result<(), PluginError> {
         let ps = self.pod_set_mut(pod_set)?;
         let c = ps.container_mut(container).ok_or_else(|| {
-            PluginError::InvalidInput(format!("container {container:?} not found in pod set {pod_set:?}"))
+            PluginError::InvalidInput(format!(
+                "container {container:?} not found in pod set {pod_set:?}"
+            ))
         })?;
         c.upsert_env(env);
         Ok(())
@@ -271,7 +302,9 @@ impl<'a> PhaseContext<'a> {
     ) -> Result<(), PluginError> {
         let ps = self.pod_set_mut(pod_set)?;
         let c = ps.container_mut(container).ok_or_else(|| {
-            PluginError::InvalidInput(format!("container {container:?} not found in pod set {pod_set:?}"))
+            PluginError::InvalidInput(format!(
+                "container {container:?} not found in pod set {pod_set:?}"
+            ))
         })?;
         c.upsert_volume_mount(mount);
         Ok(())
@@ -434,9 +467,14 @@ fn config_as<T: DeserializeOwned>(config: &Value) -> Result<T, PluginError> {
     T::deserialize(config).map_err(|e| PluginError::InvalidConfig(e.to_string()))
 }
 
-fn policy_as<T: DeserializeOwned>(policy: Option<&Value>, key: &str) -> Result<Option<T>, PluginError> {
+fn policy_as<T: DeserializeOwned>(
+    policy: Option<&Value>,
+    key: &str,
+) -> Result<Option<T>, PluginError> {
     policy
-        .map(|v| T::deserialize(v).map_err(|e| PluginError::InvalidInput(format!("policy {key}: {e}"))))
+        .map(|v| {
+            T::deserialize(v).map_err(|e| PluginError::InvalidInput(format!("policy {key}: {e}")))
+        })
         .transpose()
 }
 
@@ -444,7 +482,8 @@ fn parse_config(config: &str) -> Result<Value, PluginError> {
     if config.trim().is_empty() {
         return Ok(Value::Object(Default::default()));
     }
-    serde_json::from_str(config).map_err(|e| PluginError::InvalidConfig(format!("config JSON: {e}")))
+    serde_json::from_str(config)
+        .map_err(|e| PluginError::InvalidConfig(format!("config JSON: {e}")))
 }
 
 #[cfg(test)]
@@ -456,7 +495,10 @@ mod tests {
 
     fn info_json() -> String {
         let info = Info {
-            runtime_policy: RuntimePolicy { ml_policy: Some(json!({"torch": {"numProcPerNode": 2}})), pod_group_policy: None },
+            runtime_policy: RuntimePolicy {
+                ml_policy: Some(json!({"torch": {"numProcPerNode": 2}})),
+                pod_group_policy: None,
+            },
             ..Info::default()
         };
         serde_json::to_string(&info).unwrap()
@@ -469,7 +511,10 @@ mod tests {
         let info = info_json();
         let ctx = PhaseContext::from_json_lazy(&tj, &info, "", &host).unwrap();
         assert_eq!(ctx.policy("mlPolicy.torch.numProcPerNode"), Some(&json!(2)));
-        assert!(!ctx.info.fully_parsed(), "policy() must not parse the whole info");
+        assert!(
+            !ctx.info.fully_parsed(),
+            "policy() must not parse the whole info"
+        );
         assert_eq!(ctx.trainjob_name(), "j");
         assert!(ctx.input_error().is_none());
         let (info, trainjob) = ctx.into_parts();
@@ -497,10 +542,14 @@ mod tests {
         let ctx = PhaseContext::from_json_lazy("{", &info, "{}", &host).unwrap();
         assert!(ctx.input_error().is_none(), "not parsed yet");
         assert_eq!(ctx.trainjob_name(), "");
-        assert!(matches!(ctx.input_error(), Some(PluginError::InvalidInput(m)) if m.contains("trainjob")));
+        assert!(
+            matches!(ctx.input_error(), Some(PluginError::InvalidInput(m)) if m.contains("trainjob"))
+        );
         let ctx = PhaseContext::from_json_lazy("{}", "[1]", "{}", &host).unwrap();
         assert!(ctx.policy("mlPolicy").is_none());
-        assert!(matches!(ctx.input_error(), Some(PluginError::InvalidInput(m)) if m.contains("info")));
+        assert!(
+            matches!(ctx.input_error(), Some(PluginError::InvalidInput(m)) if m.contains("info"))
+        );
         assert!(matches!(
             PhaseContext::from_json_lazy("{}", "{}", "nope", &host),
             Err(PluginError::InvalidConfig(_))
@@ -510,10 +559,12 @@ mod tests {
     /// An info with two pod sets (trainer `node`, initializer `init`).
     fn two_pod_sets() -> Info {
         let container = |name: &str| json!({"name": name, "image": "img", "env": [{"name": "A", "value": "1"}]});
-        let job = |name: &str, ancestor: &str| json!({"name": name, "replicas": 1, "template": {
+        let job = |name: &str, ancestor: &str| {
+            json!({"name": name, "replicas": 1, "template": {
             "metadata": {"labels": {ANCESTOR_LABEL: ancestor}},
             "spec": {"template": {"spec": {"containers": [container("node")],
-                                           "volumes": [{"name": "data", "emptyDir": {}}]}}}}});
+                                           "volumes": [{"name": "data", "emptyDir": {}}]}}}}})
+        };
         let runtime = json!({"spec": {"mlPolicy": {"torch": {}}, "template": {"spec": {
             "replicatedJobs": [job("init", "dataset-initializer"), job("node", "trainer")]}}}});
         Info::from_runtime_template(&runtime, &json!({"metadata": {"name": "j"}})).unwrap()
@@ -526,16 +577,29 @@ mod tests {
         let json = serde_json::to_string(&info).unwrap();
         let mut ctx = PhaseContext::from_json_lazy("{}", &json, "{}", &host).unwrap();
         assert_eq!(ctx.pod_set_names(), ["init", "node"]);
-        assert_eq!(ctx.pod_set_by_ancestor("trainer").map(|p| p.name.as_str()), Some("node"));
+        assert_eq!(
+            ctx.pod_set_by_ancestor("trainer").map(|p| p.name.as_str()),
+            Some("node")
+        );
         ctx.set_env("node", "node", "B", "2").unwrap();
-        assert!(!ctx.info.fully_parsed(), "an edit through a helper must not parse the whole info");
+        assert!(
+            !ctx.info.fully_parsed(),
+            "an edit through a helper must not parse the whole info"
+        );
         assert!(ctx.set_env("node", "missing", "B", "2").is_err());
-        assert!(matches!(ctx.pod_set_mut("nope"), Err(PluginError::InvalidInput(m)) if m.contains("nope")));
+        assert!(
+            matches!(ctx.pod_set_mut("nope"), Err(PluginError::InvalidInput(m)) if m.contains("nope"))
+        );
         let (out, trainjob) = ctx.changed_json().unwrap();
         assert!(trainjob.is_none());
         let out: Info = serde_json::from_str(&out.expect("info changed")).unwrap();
         let mut expected = info;
-        expected.pod_set_mut("node").unwrap().container_mut("node").unwrap().set_env("B", "2");
+        expected
+            .pod_set_mut("node")
+            .unwrap()
+            .container_mut("node")
+            .unwrap()
+            .set_env("B", "2");
         assert_eq!(out, expected);
     }
 
@@ -558,7 +622,13 @@ mod tests {
         let (info, _) = ctx.into_parts();
         let info = info.unwrap();
         assert_eq!(info.labels["l"], "v");
-        assert_eq!((info.pod_set("init").unwrap().count, info.pod_set("node").unwrap().count), (Some(3), Some(7)));
+        assert_eq!(
+            (
+                info.pod_set("init").unwrap().count,
+                info.pod_set("node").unwrap().count
+            ),
+            (Some(3), Some(7))
+        );
     }
 
     #[test]
@@ -579,22 +649,33 @@ mod tests {
         .to_string();
         let ctx = PhaseContext::from_json_lazy("{}", &json, "{}", &host).unwrap();
         assert!(ctx.pod_set("ok").is_some());
-        assert!(ctx.input_error().is_none(), "the bad pod set was not read yet");
+        assert!(
+            ctx.input_error().is_none(),
+            "the bad pod set was not read yet"
+        );
         assert!(ctx.pod_set("bad").is_none());
-        assert!(matches!(ctx.input_error(), Some(PluginError::InvalidInput(m)) if m.contains("\"bad\"")));
+        assert!(
+            matches!(ctx.input_error(), Some(PluginError::InvalidInput(m)) if m.contains("\"bad\""))
+        );
     }
 
     #[test]
     fn validate_context_is_lazy_and_reports_bad_input() {
         let host = MockHost::default();
         let json = serde_json::to_string(&two_pod_sets()).unwrap();
-        let ctx = ValidateContext::from_json(r#"{"spec": {}}"#, Some("{"), &json, "{}", &host).unwrap();
+        let ctx =
+            ValidateContext::from_json(r#"{"spec": {}}"#, Some("{"), &json, "{}", &host).unwrap();
         assert!(ctx.policy("mlPolicy.torch").is_some());
-        assert_eq!(ctx.pod_set_by_ancestor("trainer").map(|p| p.name.as_str()), Some("node"));
+        assert_eq!(
+            ctx.pod_set_by_ancestor("trainer").map(|p| p.name.as_str()),
+            Some("node")
+        );
         assert!(!ctx.info.fully_parsed());
         assert_eq!(ctx.trainjob()["spec"], json!({}));
         assert!(ctx.input_error().is_none());
         assert_eq!(ctx.old_trainjob(), Some(&Value::Null));
-        assert!(matches!(ctx.input_error(), Some(PluginError::InvalidInput(m)) if m.contains("old trainjob")));
+        assert!(
+            matches!(ctx.input_error(), Some(PluginError::InvalidInput(m)) if m.contains("old trainjob"))
+        );
     }
 }

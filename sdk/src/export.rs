@@ -47,7 +47,12 @@ macro_rules! export_plugin {
 }
 
 fn kinds(v: Vec<KindRef>) -> Vec<wit::KindRef> {
-    v.into_iter().map(|k| wit::KindRef { api_version: k.api_version, kind: k.kind }).collect()
+    v.into_iter()
+        .map(|k| wit::KindRef {
+            api_version: k.api_version,
+            kind: k.kind,
+        })
+        .collect()
 }
 
 fn descriptor(d: Descriptor) -> wit::Descriptor {

@@ -44,8 +44,12 @@ impl std::error::Error for HostError {}
 /// The narrow host interface.
 pub trait Host {
     /// Read one object from the operator cache; `None` if it does not exist.
-    fn get_object(&self, kind: &KindRef, namespace: &str, name: &str)
-    -> Result<Option<Value>, HostError>;
+    fn get_object(
+        &self,
+        kind: &KindRef,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Value>, HostError>;
     /// Random bytes from the host (needs the `random` capability).
     fn random_bytes(&self, len: u32) -> Result<Vec<u8>, HostError>;
     /// Log a message.
@@ -75,7 +79,10 @@ mod imp {
             namespace: &str,
             name: &str,
         ) -> Result<Option<Value>, HostError> {
-            let k = types::KindRef { api_version: kind.api_version.clone(), kind: kind.kind.clone() };
+            let k = types::KindRef {
+                api_version: kind.api_version.clone(),
+                kind: kind.kind.clone(),
+            };
             match host::get_object(&k, namespace, name).map_err(err)? {
                 None => Ok(None),
                 Some(s) => serde_json::from_str(&s)
@@ -104,10 +111,14 @@ mod imp {
 #[cfg(not(target_arch = "wasm32"))]
 impl Host for WasmHost {
     fn get_object(&self, _: &KindRef, _: &str, _: &str) -> Result<Option<Value>, HostError> {
-        Err(HostError::Unavailable("WasmHost is only available inside Wasm".into()))
+        Err(HostError::Unavailable(
+            "WasmHost is only available inside Wasm".into(),
+        ))
     }
     fn random_bytes(&self, _: u32) -> Result<Vec<u8>, HostError> {
-        Err(HostError::Unavailable("WasmHost is only available inside Wasm".into()))
+        Err(HostError::Unavailable(
+            "WasmHost is only available inside Wasm".into(),
+        ))
     }
     fn log(&self, _: LogLevel, _: &str) {}
 }

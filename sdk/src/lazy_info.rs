@@ -52,12 +52,18 @@ pub(crate) struct InfoCell<'a> {
 impl<'a> InfoCell<'a> {
     /// From the JSON of the WIT input; nothing is parsed yet.
     pub(crate) fn raw(json: &'a str) -> Self {
-        InfoCell { raw: Some(json), ..InfoCell::empty() }
+        InfoCell {
+            raw: Some(json),
+            ..InfoCell::empty()
+        }
     }
 
     /// From an already parsed info.
     pub(crate) fn parsed(info: Info) -> Self {
-        InfoCell { owned: Some(info), ..InfoCell::empty() }
+        InfoCell {
+            owned: Some(info),
+            ..InfoCell::empty()
+        }
     }
 
     fn empty() -> Self {
@@ -89,7 +95,9 @@ impl<'a> InfoCell<'a> {
     }
 
     fn fail<T: Default>(&self, what: &str, e: impl fmt::Display) -> T {
-        let _ = self.error.set(PluginError::InvalidInput(format!("{what}: {e}")));
+        let _ = self
+            .error
+            .set(PluginError::InvalidInput(format!("{what}: {e}")));
         T::default()
     }
 
@@ -168,7 +176,8 @@ impl<'a> InfoCell<'a> {
         if self.use_full() {
             return self.info().pod_set(name);
         }
-        self.find(|p| p.name == name).and_then(|i| self.section_pod_set(i))
+        self.find(|p| p.name == name)
+            .and_then(|i| self.section_pod_set(i))
     }
 
     /// The first pod set whose ancestor is `ancestor`.
@@ -176,15 +185,26 @@ impl<'a> InfoCell<'a> {
         if self.use_full() {
             return self.info().pod_set_by_ancestor(ancestor);
         }
-        self.find(|p| p.ancestor.as_deref() == Some(ancestor)).and_then(|i| self.section_pod_set(i))
+        self.find(|p| p.ancestor.as_deref() == Some(ancestor))
+            .and_then(|i| self.section_pod_set(i))
     }
 
     /// Names of the pod sets, in template order.
     pub(crate) fn pod_set_names(&self) -> Vec<&str> {
         if self.use_full() {
-            return self.info().template_spec.pod_sets.iter().map(|p| p.name.as_str()).collect();
+            return self
+                .info()
+                .template_spec
+                .pod_sets
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
         }
-        self.sections().pod_sets.iter().map(|p| p.name.as_str()).collect()
+        self.sections()
+            .pod_sets
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect()
     }
 
     fn pod_set_mut_by(&mut self, pred: impl Fn(&LazyPodSet<'a>) -> bool) -> Option<&mut PodSet> {
@@ -262,7 +282,10 @@ struct LazyPodSet<'a> {
 
 impl LazyPodSet<'_> {
     fn get(&self) -> Result<&PodSet, &str> {
-        self.parsed.get_or_init(|| self.raw.parse_all().map_err(|e| e.to_string())).as_ref().map_err(String::as_str)
+        self.parsed
+            .get_or_init(|| self.raw.parse_all().map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(String::as_str)
     }
 }
 
@@ -270,9 +293,21 @@ impl<'de> Deserialize<'de> for LazyPodSet<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error;
         let raw = RawObject::deserialize(d)?;
-        let name = raw.parse::<String>("name").map_err(D::Error::custom)?.unwrap_or_default();
-        let ancestor = raw.parse::<Option<String>>("ancestor").map_err(D::Error::custom)?.flatten();
-        Ok(LazyPodSet { raw, name, ancestor, parsed: OnceCell::new(), edited: false })
+        let name = raw
+            .parse::<String>("name")
+            .map_err(D::Error::custom)?
+            .unwrap_or_default();
+        let ancestor = raw
+            .parse::<Option<String>>("ancestor")
+            .map_err(D::Error::custom)?
+            .flatten();
+        Ok(LazyPodSet {
+            raw,
+            name,
+            ancestor,
+            parsed: OnceCell::new(),
+            edited: false,
+        })
     }
 }
 
@@ -320,7 +355,13 @@ impl Serialize for Sections<'_> {
             m.serialize_entry(k, v)?;
         }
         if let Some(rest) = &self.template {
-            m.serialize_entry(TEMPLATE_SPEC, &TemplateOut { rest, pod_sets: &self.pod_sets })?;
+            m.serialize_entry(
+                TEMPLATE_SPEC,
+                &TemplateOut {
+                    rest,
+                    pod_sets: &self.pod_sets,
+                },
+            )?;
         }
         m.end()
     }
@@ -340,17 +381,25 @@ impl<'de> Deserialize<'de> for TemplateSections<'de> {
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a templateSpec object")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TemplateSections<'de>, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<TemplateSections<'de>, A::Error> {
                 let mut rest = Vec::new();
                 let mut pod_sets = Vec::new();
                 while let Some(key) = map.next_key::<String>()? {
                     if key == POD_SETS {
-                        pod_sets = map.next_value::<Option<Vec<LazyPodSet<'de>>>>()?.unwrap_or_default();
+                        pod_sets = map
+                            .next_value::<Option<Vec<LazyPodSet<'de>>>>()?
+                            .unwrap_or_default();
                     } else {
                         rest.push((key, map.next_value::<&'de RawValue>()?));
                     }
                 }
-                Ok(TemplateSections { rest: RawObject::from_members(rest), pod_sets })
+                Ok(TemplateSections {
+                    rest: RawObject::from_members(rest),
+                    pod_sets,
+                })
             }
         }
         d.deserialize_map(V)

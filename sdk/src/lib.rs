@@ -77,8 +77,8 @@ pub use trainforge_api::plugin::{
 pub mod prelude {
     pub use crate::{
         Container, Descriptor, DescriptorBuilder, FieldError, FieldErrorType, Host, HostError,
-        Info, KindRef, LogLevel, Phase, PhaseContext, Plugin, PluginError, PodSet,
-        ValidateContext, Validation,
+        Info, KindRef, LogLevel, Phase, PhaseContext, Plugin, PluginError, PodSet, ValidateContext,
+        Validation,
     };
     pub use serde_json::{Value, json};
 }

@@ -34,14 +34,21 @@ impl<'a> RawObject<'a> {
     }
 
     /// Member `key` parsed as `T`; `Ok(None)` when absent.
-    pub(crate) fn parse<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, serde_json::Error> {
-        self.get(key).map(|v| serde_json::from_str(v.get())).transpose()
+    pub(crate) fn parse<T: DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<Option<T>, serde_json::Error> {
+        self.get(key)
+            .map(|v| serde_json::from_str(v.get()))
+            .transpose()
     }
 
     /// The whole object parsed as `T` (members are parsed from their text;
     /// nothing is re-serialised).
     pub(crate) fn parse_all<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
-        T::deserialize(MapDeserializer::new(self.0.iter().map(|(k, v)| (k.as_str(), *v))))
+        T::deserialize(MapDeserializer::new(
+            self.0.iter().map(|(k, v)| (k.as_str(), *v)),
+        ))
     }
 }
 
@@ -87,7 +94,8 @@ mod tests {
         assert_eq!(o.get("a").unwrap().get(), r#"{"x": [1, 2]}"#);
         assert_eq!(o.parse::<String>("b").unwrap().as_deref(), Some("s"));
         assert_eq!(o.parse::<String>("missing").unwrap(), None);
-        let back: serde_json::Value = serde_json::from_str(&serde_json::to_string(&o).unwrap()).unwrap();
+        let back: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&o).unwrap()).unwrap();
         assert_eq!(back, json!({"a": {"x": [1, 2]}, "b": "s", "c": null}));
         let all: serde_json::Value = o.parse_all().unwrap();
         assert_eq!(all, back);

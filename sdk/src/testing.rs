@@ -41,9 +41,18 @@ pub struct MockHost {
 impl MockHost {
     /// Add an object (JSON with apiVersion, kind, metadata.namespace/name).
     pub fn insert(&mut self, object: Value) {
-        let s = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let s = |p: &str| {
+            object
+                .pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
         let kind = KindRef::new(s("/apiVersion"), s("/kind"));
-        self.objects.insert((kind, s("/metadata/namespace"), s("/metadata/name")), object);
+        self.objects.insert(
+            (kind, s("/metadata/namespace"), s("/metadata/name")),
+            object,
+        );
     }
 }
 
@@ -57,14 +66,21 @@ impl Host for MockHost {
         if let Some(reads) = &self.reads
             && !reads.contains(kind)
         {
-            return Err(HostError::Denied(format!("{kind} is not declared in reads")));
+            return Err(HostError::Denied(format!(
+                "{kind} is not declared in reads"
+            )));
         }
-        Ok(self.objects.get(&(kind.clone(), namespace.to_owned(), name.to_owned())).cloned())
+        Ok(self
+            .objects
+            .get(&(kind.clone(), namespace.to_owned(), name.to_owned()))
+            .cloned())
     }
 
     fn random_bytes(&self, len: u32) -> Result<Vec<u8>, HostError> {
         if !self.random_granted {
-            return Err(HostError::Denied("capability `random` not requested".into()));
+            return Err(HostError::Denied(
+                "capability `random` not requested".into(),
+            ));
         }
         Ok((0..len).map(|i| (i % 251) as u8).collect())
     }
@@ -107,7 +123,13 @@ impl<P: Plugin> Harness<P> {
             random_granted: d.capabilities.iter().any(|c| c == "random"),
             ..MockHost::default()
         };
-        Harness { plugin, host, trainjob, info, config: Value::Object(Default::default()) }
+        Harness {
+            plugin,
+            host,
+            trainjob,
+            info,
+            config: Value::Object(Default::default()),
+        }
     }
 
     /// Set the plugin configuration.
@@ -136,7 +158,8 @@ impl<P: Plugin> Harness<P> {
             self.info = serde_json::from_str(&i).map_err(|e| internal("info written back", e))?;
         }
         if let Some(t) = trainjob {
-            self.trainjob = serde_json::from_str(&t).map_err(|e| internal("trainjob written back", e))?;
+            self.trainjob =
+                serde_json::from_str(&t).map_err(|e| internal("trainjob written back", e))?;
         }
         Ok(())
     }
@@ -147,7 +170,11 @@ impl<P: Plugin> Harness<P> {
         fn ser<T: serde::Serialize>(what: &str, v: &T) -> Result<String, PluginError> {
             serde_json::to_string(v).map_err(|e| internal(what, e))
         }
-        Ok((ser("trainjob", &self.trainjob)?, ser("info", &self.info)?, ser("config", &self.config)?))
+        Ok((
+            ser("trainjob", &self.trainjob)?,
+            ser("info", &self.info)?,
+            ser("config", &self.config)?,
+        ))
     }
 
     /// Run every reconcile phase the plugin declares, in host order, then
@@ -160,13 +187,24 @@ impl<P: Plugin> Harness<P> {
         }
         let (trainjob, info, config) = self.inputs()?;
         let ctx = PhaseContext::from_json_lazy(&trainjob, &info, &config, &self.host)?;
-        let objects = if d.implements(Phase::Build) { self.plugin.build(&ctx)? } else { Vec::new() };
+        let objects = if d.implements(Phase::Build) {
+            self.plugin.build(&ctx)?
+        } else {
+            Vec::new()
+        };
         let ns = ctx.trainjob_namespace().to_owned();
         for o in &objects {
-            let s = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
+            let s = |p: &str| {
+                o.pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
             let kind = KindRef::new(s("/apiVersion"), s("/kind"));
             if !d.emits.contains(&kind) {
-                return Err(PluginError::Internal(format!("emitted {kind} not declared in emits")));
+                return Err(PluginError::Internal(format!(
+                    "emitted {kind} not declared in emits"
+                )));
             }
             if s("/metadata/namespace") != ns {
                 return Err(PluginError::Internal(format!(
@@ -175,18 +213,28 @@ impl<P: Plugin> Harness<P> {
                 )));
             }
         }
-        let status = if d.implements(Phase::Status) { self.plugin.status(&ctx)? } else { None };
+        let status = if d.implements(Phase::Status) {
+            self.plugin.status(&ctx)?
+        } else {
+            None
+        };
         if let Some(e) = ctx.input_error() {
             return Err(e);
         }
-        Ok(Outcome { info: self.info, trainjob: self.trainjob, objects, status })
+        Ok(Outcome {
+            info: self.info,
+            trainjob: self.trainjob,
+            objects,
+            status,
+        })
     }
 
     /// Run `validate` for a create (`old = None`) or an update.
     pub fn validate(&self, old: Option<Value>) -> Result<Validation, PluginError> {
         let (trainjob, info, config) = self.inputs()?;
         let old = old.map(|o| o.to_string());
-        let ctx = ValidateContext::from_json(&trainjob, old.as_deref(), &info, &config, &self.host)?;
+        let ctx =
+            ValidateContext::from_json(&trainjob, old.as_deref(), &info, &config, &self.host)?;
         let v = self.plugin.validate(&ctx)?;
         match ctx.input_error() {
             Some(e) => Err(e),

@@ -80,7 +80,10 @@ pub struct KindRef {
 impl KindRef {
     /// Build a kind reference.
     pub fn new(api_version: impl Into<String>, kind: impl Into<String>) -> Self {
-        KindRef { api_version: api_version.into(), kind: kind.into() }
+        KindRef {
+            api_version: api_version.into(),
+            kind: kind.into(),
+        }
     }
 
     /// The API group (empty for the core group).
@@ -198,7 +201,10 @@ impl FieldError {
 
     /// A `Forbidden` error.
     pub fn forbidden(field: impl Into<String>, detail: impl Into<String>) -> Self {
-        FieldError { error_type: FieldErrorType::Forbidden, ..FieldError::invalid(field, detail) }
+        FieldError {
+            error_type: FieldErrorType::Forbidden,
+            ..FieldError::invalid(field, detail)
+        }
     }
 }
 
@@ -259,7 +265,11 @@ mod tests {
     #[test]
     fn descriptor_ignores_unknown_phases() {
         let d = Descriptor {
-            phases: vec!["build".into(), "teleport".into(), "enforce-ml-policy".into()],
+            phases: vec![
+                "build".into(),
+                "teleport".into(),
+                "enforce-ml-policy".into(),
+            ],
             ..Descriptor::default()
         };
         assert_eq!(d.known_phases(), vec![Phase::EnforceMlPolicy, Phase::Build]);
@@ -270,6 +280,9 @@ mod tests {
     #[test]
     fn kind_ref_group() {
         assert_eq!(KindRef::new("v1", "Secret").group(), "");
-        assert_eq!(KindRef::new("jobset.x-k8s.io/v1alpha2", "JobSet").group(), "jobset.x-k8s.io");
+        assert_eq!(
+            KindRef::new("jobset.x-k8s.io/v1alpha2", "JobSet").group(),
+            "jobset.x-k8s.io"
+        );
     }
 }

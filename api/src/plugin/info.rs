@@ -176,17 +176,26 @@ impl Info {
 
     /// The pod set with this name, mutably.
     pub fn pod_set_mut(&mut self, name: &str) -> Option<&mut PodSet> {
-        self.template_spec.pod_sets.iter_mut().find(|p| p.name == name)
+        self.template_spec
+            .pod_sets
+            .iter_mut()
+            .find(|p| p.name == name)
     }
 
     /// The first pod set with this ancestor (e.g. `trainer`).
     pub fn pod_set_by_ancestor(&self, ancestor: &str) -> Option<&PodSet> {
-        self.template_spec.pod_sets.iter().find(|p| p.ancestor.as_deref() == Some(ancestor))
+        self.template_spec
+            .pod_sets
+            .iter()
+            .find(|p| p.ancestor.as_deref() == Some(ancestor))
     }
 
     /// The first pod set with this ancestor, mutably.
     pub fn pod_set_by_ancestor_mut(&mut self, ancestor: &str) -> Option<&mut PodSet> {
-        self.template_spec.pod_sets.iter_mut().find(|p| p.ancestor.as_deref() == Some(ancestor))
+        self.template_spec
+            .pod_sets
+            .iter_mut()
+            .find(|p| p.ancestor.as_deref() == Some(ancestor))
     }
 
     /// The `node` containers (JSON, template order) of the replicated jobs
@@ -207,7 +216,10 @@ impl Info {
                         .and_then(Value::as_str)
                         == Some("trainer")
             })
-            .filter_map(|j| j.pointer("/template/spec/template/spec/containers").and_then(Value::as_array))
+            .filter_map(|j| {
+                j.pointer("/template/spec/template/spec/containers")
+                    .and_then(Value::as_array)
+            })
             .flatten()
             .filter(|c| c.get("name").and_then(Value::as_str) == Some("node"))
     }
@@ -219,12 +231,16 @@ impl Info {
     /// reconcile pipeline owns the real merge.
     pub fn from_runtime_template(runtime: &Value, trainjob: &Value) -> Result<Info, InfoError> {
         let spec = runtime.get("spec").ok_or(InfoError::MissingField("spec"))?;
-        let template = spec.get("template").ok_or(InfoError::MissingField("spec.template"))?;
+        let template = spec
+            .get("template")
+            .ok_or(InfoError::MissingField("spec.template"))?;
         let meta = template.get("metadata");
         let string_map = |v: Option<&Value>| -> BTreeMap<String, String> {
             v.and_then(Value::as_object)
                 .map(|m| {
-                    m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect()
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                        .collect()
                 })
                 .unwrap_or_default()
         };
@@ -235,7 +251,9 @@ impl Info {
         let obj = template.get("spec").cloned().unwrap_or(Value::Null);
         let mut pod_sets = Vec::new();
         if let Some(jobs) = obj.get("replicatedJobs") {
-            let jobs = jobs.as_array().ok_or(InfoError::MissingField("replicatedJobs"))?;
+            let jobs = jobs
+                .as_array()
+                .ok_or(InfoError::MissingField("replicatedJobs"))?;
             for job in jobs {
                 let name = job
                     .get("name")
@@ -291,7 +309,10 @@ impl Info {
 impl PodSet {
     /// A container by name: regular containers first, then init containers.
     pub fn container(&self, name: &str) -> Option<&Container> {
-        self.containers.iter().chain(self.init_containers.iter()).find(|c| c.name == name)
+        self.containers
+            .iter()
+            .chain(self.init_containers.iter())
+            .find(|c| c.name == name)
     }
 
     /// A container by name, mutably: regular containers first, then init containers.
@@ -322,7 +343,11 @@ impl Container {
 
     /// Upsert a literal env var `name=value`.
     pub fn set_env(&mut self, name: impl Into<String>, value: impl Into<String>) {
-        self.upsert_env(EnvVar { name: name.into(), value: Some(value.into()), value_from: None });
+        self.upsert_env(EnvVar {
+            name: name.into(),
+            value: Some(value.into()),
+            value_from: None,
+        });
     }
 
     /// Upsert a port by `containerPort` or (non-empty) `name`.
@@ -339,7 +364,11 @@ impl Container {
 
     /// Upsert a volume mount by `mountPath`.
     pub fn upsert_volume_mount(&mut self, mount: VolumeMount) {
-        match self.volume_mounts.iter_mut().find(|m| m.mount_path == mount.mount_path) {
+        match self
+            .volume_mounts
+            .iter_mut()
+            .find(|m| m.mount_path == mount.mount_path)
+        {
             Some(slot) => *slot = mount,
             None => self.volume_mounts.push(mount),
         }

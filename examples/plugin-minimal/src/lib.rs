@@ -27,7 +27,9 @@ struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { greeting: "hello".into() }
+        Config {
+            greeting: "hello".into(),
+        }
     }
 }
 
@@ -79,9 +81,19 @@ impl Plugin for Minimal {
         if ctx.policy(POLICY).is_none() {
             return Ok(v);
         }
-        let env = ctx.trainjob().pointer("/spec/trainer/env").and_then(Value::as_array);
-        if env.into_iter().flatten().any(|e| e.get("name").and_then(Value::as_str) == Some(ENV)) {
-            v.errors.push(FieldError::invalid("spec.trainer.env", format!("must not set {ENV}; it is managed by the minimal plugin")));
+        let env = ctx
+            .trainjob()
+            .pointer("/spec/trainer/env")
+            .and_then(Value::as_array);
+        if env
+            .into_iter()
+            .flatten()
+            .any(|e| e.get("name").and_then(Value::as_str) == Some(ENV))
+        {
+            v.errors.push(FieldError::invalid(
+                "spec.trainer.env",
+                format!("must not set {ENV}; it is managed by the minimal plugin"),
+            ));
         }
         Ok(v)
     }
@@ -95,7 +107,11 @@ mod tests {
     use trainforge_sdk::testing::Harness;
 
     fn info(with_policy: bool) -> Info {
-        let policy = if with_policy { json!({"minimal": {}}) } else { json!({"torch": {}}) };
+        let policy = if with_policy {
+            json!({"minimal": {}})
+        } else {
+            json!({"torch": {}})
+        };
         let runtime = json!({"spec": {"mlPolicy": policy, "template": {"spec": {"replicatedJobs": [{
             "name": "node",
             "template": {"metadata": {"labels": {trainforge_sdk::ANCESTOR_LABEL: "trainer"}},
@@ -115,17 +131,26 @@ mod tests {
             .with_config(json!({"greeting": "hi"}))
             .run()
             .expect("plugin runs");
-        let node = out.info.pod_set("node").and_then(|p| p.container("node")).expect("node");
+        let node = out
+            .info
+            .pod_set("node")
+            .and_then(|p| p.container("node"))
+            .expect("node");
         assert_eq!(node.env[0].name, ENV);
         assert_eq!(node.env[0].value.as_deref(), Some("hi"));
         assert_eq!(out.objects.len(), 1);
         assert_eq!(out.objects[0]["metadata"]["name"], "job-minimal");
-        assert_eq!(out.objects[0]["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(
+            out.objects[0]["metadata"]["ownerReferences"][0]["uid"],
+            "u-1"
+        );
     }
 
     #[test]
     fn does_nothing_without_its_policy() {
-        let out = Harness::<Minimal>::new(trainjob(), info(false)).run().expect("plugin runs");
+        let out = Harness::<Minimal>::new(trainjob(), info(false))
+            .run()
+            .expect("plugin runs");
         assert!(out.objects.is_empty());
         assert_eq!(out.info, info(false));
     }
@@ -134,7 +159,9 @@ mod tests {
     fn rejects_reserved_env() {
         let mut tj = trainjob();
         tj["spec"]["trainer"] = json!({"env": [{"name": ENV, "value": "x"}]});
-        let v = Harness::<Minimal>::new(tj, info(true)).validate(None).expect("validates");
+        let v = Harness::<Minimal>::new(tj, info(true))
+            .validate(None)
+            .expect("validates");
         assert_eq!(v.errors.len(), 1);
         assert_eq!(v.errors[0].field, "spec.trainer.env");
     }

@@ -46,7 +46,9 @@ impl std::fmt::Display for LoadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             LoadError::Missing => f.write_str("no cached artifact"),
-            LoadError::Corrupt => f.write_str("cached artifact does not match its checksum sidecar"),
+            LoadError::Corrupt => {
+                f.write_str("cached artifact does not match its checksum sidecar")
+            }
             LoadError::Io(e) => write!(f, "reading cached artifact: {e}"),
             LoadError::Rejected(e) => write!(f, "wasmtime rejected cached artifact: {e}"),
         }
@@ -57,7 +59,10 @@ impl std::error::Error for LoadError {}
 
 /// Paths of the artifact and its checksum sidecar for `key` in `dir`.
 pub fn paths(dir: &Path, key: &str) -> (PathBuf, PathBuf) {
-    (dir.join(format!("{key}.cwasm")), dir.join(format!("{key}.cwasm.xxh3")))
+    (
+        dir.join(format!("{key}.cwasm")),
+        dir.join(format!("{key}.cwasm.xxh3")),
+    )
 }
 
 fn checksum(bytes: &[u8]) -> String {
@@ -79,7 +84,11 @@ pub fn store(dir: &Path, key: &str, artifact: &[u8]) -> std::io::Result<()> {
 }
 
 fn not_found_is_missing(e: std::io::Error) -> LoadError {
-    if e.kind() == std::io::ErrorKind::NotFound { LoadError::Missing } else { LoadError::Io(e) }
+    if e.kind() == std::io::ErrorKind::NotFound {
+        LoadError::Missing
+    } else {
+        LoadError::Io(e)
+    }
 }
 
 /// Load the artifact for `key` if present and intact.

@@ -86,12 +86,19 @@ pub enum OperatorError {
 /// Kinds watched whatever the plugins declare: the runtime snapshot
 /// ConfigMaps (the host writes them) and JobSets (deadline deletion).
 fn host_kinds() -> BTreeSet<KindRef> {
-    [KindRef::new("v1", "ConfigMap"), KindRef::new("jobset.x-k8s.io/v1alpha2", "JobSet")].into_iter().collect()
+    [
+        KindRef::new("v1", "ConfigMap"),
+        KindRef::new("jobset.x-k8s.io/v1alpha2", "JobSet"),
+    ]
+    .into_iter()
+    .collect()
 }
 
 /// Blocking entry point for the CLI.
 pub fn main(args: OperatorArgs) -> Result<(), OperatorError> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let shutdown = super::ops::shutdown::on_signal()?;
         let client = kube::Client::try_default().await?;
@@ -100,7 +107,11 @@ pub fn main(args: OperatorArgs) -> Result<(), OperatorError> {
 }
 
 /// Run the operator until `shutdown` is cancelled (or the Lease is lost).
-pub async fn run(client: kube::Client, args: OperatorArgs, shutdown: CancellationToken) -> Result<(), OperatorError> {
+pub async fn run(
+    client: kube::Client,
+    args: OperatorArgs,
+    shutdown: CancellationToken,
+) -> Result<(), OperatorError> {
     let metrics = Arc::new(Metrics::new());
     let readiness = Readiness::new();
     let ready_plugins = readiness.register("plugins");
@@ -109,9 +120,10 @@ pub async fn run(client: kube::Client, args: OperatorArgs, shutdown: Cancellatio
     let mut addrs = Vec::new();
     for text in [&args.health_probe_bind_address, &args.metrics_bind_address] {
         if let Some(addr) = health::parse_bind_address(text)?
-            && !addrs.contains(&addr) {
-                addrs.push(addr);
-            }
+            && !addrs.contains(&addr)
+        {
+            addrs.push(addr);
+        }
     }
     for addr in addrs {
         let server = health::Server::bind(addr, router.clone()).await?;
@@ -124,7 +136,10 @@ pub async fn run(client: kube::Client, args: OperatorArgs, shutdown: Cancellatio
         });
     }
 
-    let runtime = Arc::new(PluginRuntime::new(RuntimeConfig { cache_dir: args.plugin_cache_dir.clone(), ..RuntimeConfig::default() })?);
+    let runtime = Arc::new(PluginRuntime::new(RuntimeConfig {
+        cache_dir: args.plugin_cache_dir.clone(),
+        ..RuntimeConfig::default()
+    })?);
     runtime.set_observer(metrics.clone());
 
     let leader = if args.leader_elect {
@@ -153,7 +168,11 @@ pub async fn run(client: kube::Client, args: OperatorArgs, shutdown: Cancellatio
         (Arc::new(FixedPlugins(Arc::new(set))), None, None)
     } else {
         let catalog = Arc::new(PluginCatalog::new(runtime.clone(), objects.clone()));
-        let task = tokio::spawn(super::plugins::run(client.clone(), catalog.clone(), stop.clone()));
+        let task = tokio::spawn(super::plugins::run(
+            client.clone(),
+            catalog.clone(),
+            stop.clone(),
+        ));
         let mut generations = catalog.subscribe();
         while !catalog.is_synced() {
             tokio::select! {
@@ -162,7 +181,11 @@ pub async fn run(client: kube::Client, args: OperatorArgs, shutdown: Cancellatio
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {},
             }
         }
-        (catalog.clone() as Arc<dyn Plugins>, Some((catalog, generations)), Some(task))
+        (
+            catalog.clone() as Arc<dyn Plugins>,
+            Some((catalog, generations)),
+            Some(task),
+        )
     };
     ready_plugins.set(true);
 
@@ -208,7 +231,14 @@ pub async fn run(client: kube::Client, args: OperatorArgs, shutdown: Cancellatio
         concurrency: args.concurrency.max(1),
         namespace: args.namespace.clone(),
     };
-    let ctx = Arc::new(Context::new(client.clone(), plugins, objects, metrics, Some(leader.identity().to_owned()), settings));
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        plugins,
+        objects,
+        metrics,
+        Some(leader.identity().to_owned()),
+        settings,
+    ));
     let lost = {
         let stop = stop.clone();
         let mut leading = leader.subscribe();
@@ -243,8 +273,14 @@ pub async fn run(client: kube::Client, args: OperatorArgs, shutdown: Cancellatio
 
 /// The builtin plugins, trusted with the capabilities they declare, reading
 /// cluster objects from the watch cache.
-fn builtin_set(runtime: &PluginRuntime, objects: Arc<ObjectCache>) -> Result<PluginSet, plugin::Error> {
-    PluginSet::new(plugin::builtin::load_trusted(runtime, Some(objects as Arc<dyn plugin::ObjectSource>))?)
+fn builtin_set(
+    runtime: &PluginRuntime,
+    objects: Arc<ObjectCache>,
+) -> Result<PluginSet, plugin::Error> {
+    PluginSet::new(plugin::builtin::load_trusted(
+        runtime,
+        Some(objects as Arc<dyn plugin::ObjectSource>),
+    )?)
 }
 
 impl Plugins for PluginCatalog {

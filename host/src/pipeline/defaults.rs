@@ -50,7 +50,10 @@ impl Defaulter {
 
     /// Default `object` if it is of one of our kinds; other objects are left alone.
     pub fn apply(&self, object: &mut Value) {
-        let kind = object.get("kind").and_then(Value::as_str).map(str::to_owned);
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         if let Some((_, schema)) = self.schemas.iter().find(|(k, _)| Some(k) == kind.as_ref()) {
             apply(object, schema);
         }
@@ -113,10 +116,19 @@ mod tests {
 
         let mut tj = json!({"kind": "TrainJob", "metadata": {"name": "j"}, "spec": {"runtimeRef": {"name": "r"}}});
         d.apply(&mut tj);
-        assert_eq!(tj["spec"]["runtimeRef"]["kind"], json!("ClusterTrainingRuntime"));
-        assert_eq!(tj["spec"]["runtimeRef"]["apiGroup"], json!("trainer.kubeflow.org"));
+        assert_eq!(
+            tj["spec"]["runtimeRef"]["kind"],
+            json!("ClusterTrainingRuntime")
+        );
+        assert_eq!(
+            tj["spec"]["runtimeRef"]["apiGroup"],
+            json!("trainer.kubeflow.org")
+        );
         assert_eq!(tj["spec"]["suspend"], json!(false));
-        assert_eq!(tj["spec"]["managedBy"], json!("trainer.kubeflow.org/trainjob-controller"));
+        assert_eq!(
+            tj["spec"]["managedBy"],
+            json!("trainer.kubeflow.org/trainjob-controller")
+        );
     }
 
     #[test]

@@ -16,7 +16,9 @@ use super::merge::{MergedTemplate, ancestor};
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum InfoError {
     /// A resource quantity in the template does not parse.
-    #[error("replicated job {job:?}, container {container:?}: invalid quantity {value:?} for {resource}: {reason}")]
+    #[error(
+        "replicated job {job:?}, container {container:?}: invalid quantity {value:?} for {resource}: {reason}"
+    )]
     InvalidQuantity {
         /// Replicated job.
         job: String,
@@ -54,8 +56,12 @@ pub fn runtime_info(merged: &MergedTemplate) -> Result<Info, InfoError> {
             name: rj.name.clone(),
             ancestor,
             count: Some(count.max(1)),
-            init_containers: pod.map(|p| p.init_containers.iter().flatten().map(container).collect()).unwrap_or_default(),
-            containers: pod.map(|p| p.containers.iter().map(container).collect()).unwrap_or_default(),
+            init_containers: pod
+                .map(|p| p.init_containers.iter().flatten().map(container).collect())
+                .unwrap_or_default(),
+            containers: pod
+                .map(|p| p.containers.iter().map(container).collect())
+                .unwrap_or_default(),
             volumes: pod.and_then(|p| p.volumes.clone()).unwrap_or_default(),
             endpoints: Vec::new(),
             single_pod_requests: match pod {
@@ -64,8 +70,12 @@ pub fn runtime_info(merged: &MergedTemplate) -> Result<Info, InfoError> {
             },
         });
     }
-    let obj = serde_json::to_value(&merged.spec).map_err(|e| InfoError::Serialize(e.to_string()))?;
-    let policy = |v: Option<serde_json::Result<serde_json::Value>>| v.transpose().map_err(|e| InfoError::Serialize(e.to_string()));
+    let obj =
+        serde_json::to_value(&merged.spec).map_err(|e| InfoError::Serialize(e.to_string()))?;
+    let policy = |v: Option<serde_json::Result<serde_json::Value>>| {
+        v.transpose()
+            .map_err(|e| InfoError::Serialize(e.to_string()))
+    };
     Ok(Info {
         labels: merged.labels.clone(),
         annotations: merged.annotations.clone(),
@@ -119,7 +129,10 @@ pub fn pod_requests(job: &str, pod: &PodSpec) -> Result<BTreeMap<String, Quantit
     if let Some(overhead) = &pod.overhead {
         add(&mut running, &parse_map(job, "<pod overhead>", overhead)?);
     }
-    Ok(running.into_iter().map(|(k, v)| (k, Quantity::from(v))).collect())
+    Ok(running
+        .into_iter()
+        .map(|(k, v)| (k, Quantity::from(v)))
+        .collect())
 }
 
 fn requests_of(job: &str, c: &K8sContainer) -> Result<Requests, InfoError> {
@@ -129,16 +142,22 @@ fn requests_of(job: &str, c: &K8sContainer) -> Result<Requests, InfoError> {
     }
 }
 
-fn parse_map(job: &str, container: &str, m: &BTreeMap<String, Quantity>) -> Result<Requests, InfoError> {
+fn parse_map(
+    job: &str,
+    container: &str,
+    m: &BTreeMap<String, Quantity>,
+) -> Result<Requests, InfoError> {
     m.iter()
         .map(|(k, q)| {
-            ParsedQuantity::try_from(q).map(|p| (k.clone(), p)).map_err(|e| InfoError::InvalidQuantity {
-                job: job.to_string(),
-                container: container.to_string(),
-                resource: k.clone(),
-                value: q.0.clone(),
-                reason: e.to_string(),
-            })
+            ParsedQuantity::try_from(q)
+                .map(|p| (k.clone(), p))
+                .map_err(|e| InfoError::InvalidQuantity {
+                    job: job.to_string(),
+                    container: container.to_string(),
+                    resource: k.clone(),
+                    value: q.0.clone(),
+                    reason: e.to_string(),
+                })
         })
         .collect()
 }
@@ -212,9 +231,13 @@ mod tests {
 
     #[test]
     fn invalid_quantity_names_job_container_and_resource() {
-        let p = pod(json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "lots"}}}]}));
+        let p =
+            pod(json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "lots"}}}]}));
         let err = pod_requests("node", &p).unwrap_err();
-        assert!(matches!(&err, InfoError::InvalidQuantity { job, container, resource, .. }
-            if job == "node" && container == "a" && resource == "cpu"), "{err}");
+        assert!(
+            matches!(&err, InfoError::InvalidQuantity { job, container, resource, .. }
+            if job == "node" && container == "a" && resource == "cpu"),
+            "{err}"
+        );
     }
 }

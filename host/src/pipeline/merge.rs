@@ -22,7 +22,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
 use trainforge_api::jobset::v1alpha2::JobSetSpec;
-use trainforge_api::trainer::v1alpha1::constants::{ANCESTOR_TRAINER, CONTAINER_NODE, LABEL_TRAINJOB_ANCESTOR, NODE};
+use trainforge_api::trainer::v1alpha1::constants::{
+    ANCESTOR_TRAINER, CONTAINER_NODE, LABEL_TRAINJOB_ANCESTOR, NODE,
+};
 use trainforge_api::trainer::v1alpha1::{
     MLPolicy, PodGroupPolicy, RuntimePatch, TrainJob, TrainingRuntimeSpec,
 };
@@ -84,7 +86,9 @@ impl MergeError {
     /// The TrainJob field the problem is about.
     pub fn field(&self) -> &str {
         match self {
-            MergeError::UnknownJob { field, .. } | MergeError::UnknownContainer { field, .. } => field,
+            MergeError::UnknownJob { field, .. } | MergeError::UnknownContainer { field, .. } => {
+                field
+            }
             MergeError::MissingTemplateSpec => "spec.runtimeRef",
             MergeError::InvalidResult { source_field, .. } => source_field,
         }
@@ -93,8 +97,12 @@ impl MergeError {
     /// The problem without the field name.
     pub fn reason(&self) -> String {
         match self {
-            MergeError::UnknownJob { name, .. } => format!("the runtime has no replicated job {name:?}"),
-            MergeError::UnknownContainer { job, kind, name, .. } => {
+            MergeError::UnknownJob { name, .. } => {
+                format!("the runtime has no replicated job {name:?}")
+            }
+            MergeError::UnknownContainer {
+                job, kind, name, ..
+            } => {
                 format!("the runtime job {job:?} has no {kind} {name:?}")
             }
             other => other.to_string(),
@@ -123,8 +131,12 @@ pub fn merge_collecting(
     let mut problems = Vec::new();
     let spec = &job.spec;
     let template_meta = runtime.template.metadata.as_ref();
-    let mut labels = template_meta.and_then(|m| m.labels.clone()).unwrap_or_default();
-    let mut annotations = template_meta.and_then(|m| m.annotations.clone()).unwrap_or_default();
+    let mut labels = template_meta
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let mut annotations = template_meta
+        .and_then(|m| m.annotations.clone())
+        .unwrap_or_default();
     labels.extend(spec.labels.clone().unwrap_or_default());
     annotations.extend(spec.annotations.clone().unwrap_or_default());
     let patches = spec.runtime_patches.as_deref().unwrap_or_default();
@@ -135,7 +147,11 @@ pub fn merge_collecting(
         }
     }
 
-    let runtime_spec = runtime.template.spec.as_ref().ok_or(MergeError::MissingTemplateSpec)?;
+    let runtime_spec = runtime
+        .template
+        .spec
+        .as_ref()
+        .ok_or(MergeError::MissingTemplateSpec)?;
     let runtime_order: Vec<String> = jobs(runtime_spec).map(|j| j.name.clone()).collect();
     let mut tree = to_value(Some(runtime_spec), "spec.runtimeRef")?.unwrap_or(Value::Null);
 
@@ -159,14 +175,20 @@ pub fn merge_collecting(
             if let Err(e) = check_containers(
                 runtime_spec,
                 index,
-                spec_ref.and_then(|s| s.containers.as_ref()).map(|c| c.iter().map(|c| c.name.as_str())),
-                spec_ref.and_then(|s| s.init_containers.as_ref()).map(|c| c.iter().map(|c| c.name.as_str())),
+                spec_ref
+                    .and_then(|s| s.containers.as_ref())
+                    .map(|c| c.iter().map(|c| c.name.as_str())),
+                spec_ref
+                    .and_then(|s| s.init_containers.as_ref())
+                    .map(|c| c.iter().map(|c| c.name.as_str())),
                 &format!("{field}.spec"),
             ) {
                 problems.push(e);
                 continue;
             }
-            if let Some(pod_template) = tree.pointer_mut(&format!("/replicatedJobs/{index}/template/spec/template")) {
+            if let Some(pod_template) =
+                tree.pointer_mut(&format!("/replicatedJobs/{index}/template/spec/template"))
+            {
                 strategic_merge::merge(pod_template, &pod_patch);
             }
         }
@@ -191,27 +213,42 @@ pub fn merge_collecting(
                 }
             };
             let job_tpl = rj.template.as_ref();
-            let pod_tpl = job_tpl.and_then(|t| t.spec.as_ref()).and_then(|s| s.template.as_ref());
+            let pod_tpl = job_tpl
+                .and_then(|t| t.spec.as_ref())
+                .and_then(|s| s.template.as_ref());
             let pod_spec = pod_tpl.and_then(|t| t.spec.as_ref());
             if let Err(e) = check_containers(
                 runtime_spec,
                 index,
-                pod_spec.and_then(|s| s.containers.as_ref()).map(|c| c.iter().map(|c| c.name.as_str())),
-                pod_spec.and_then(|s| s.init_containers.as_ref()).map(|c| c.iter().map(|c| c.name.as_str())),
+                pod_spec
+                    .and_then(|s| s.containers.as_ref())
+                    .map(|c| c.iter().map(|c| c.name.as_str())),
+                pod_spec
+                    .and_then(|s| s.init_containers.as_ref())
+                    .map(|c| c.iter().map(|c| c.name.as_str())),
                 &format!("{job_field}.template.spec.template.spec"),
             ) {
                 problems.push(e);
                 continue;
             }
             let pod_patch = object([
-                ("metadata", meta_patch(pod_tpl.and_then(|t| t.metadata.as_ref()))),
+                (
+                    "metadata",
+                    meta_patch(pod_tpl.and_then(|t| t.metadata.as_ref())),
+                ),
                 ("spec", to_value(pod_spec, &job_field)?),
             ]);
             let template = object([
-                ("metadata", meta_patch(job_tpl.and_then(|t| t.metadata.as_ref()))),
+                (
+                    "metadata",
+                    meta_patch(job_tpl.and_then(|t| t.metadata.as_ref())),
+                ),
                 ("spec", object([("template", pod_patch)])),
             ]);
-            rjobs.push(object([("name", Some(json!(rj.name))), ("template", template)]));
+            rjobs.push(object([
+                ("name", Some(json!(rj.name))),
+                ("template", template),
+            ]));
         }
         if !rjobs.is_empty() {
             strategic_merge::merge(&mut tree, &json!({"replicatedJobs": rjobs}));
@@ -219,7 +256,11 @@ pub fn merge_collecting(
     }
     sort_jobs(&mut tree, &runtime_order);
 
-    if let Some(rpn) = spec.trainer.as_ref().and_then(|t| t.resources_per_node.as_ref()) {
+    if let Some(rpn) = spec
+        .trainer
+        .as_ref()
+        .and_then(|t| t.resources_per_node.as_ref())
+    {
         let rpn = to_value(Some(rpn), "spec.trainer.resourcesPerNode")?.unwrap_or(Value::Null);
         let launcher_as_node = runtime
             .ml_policy
@@ -233,24 +274,32 @@ pub fn merge_collecting(
                 continue;
             }
             let Some(containers) = tree
-                .pointer_mut(&format!("/replicatedJobs/{i}/template/spec/template/spec/containers"))
+                .pointer_mut(&format!(
+                    "/replicatedJobs/{i}/template/spec/template/spec/containers"
+                ))
                 .and_then(Value::as_array_mut)
             else {
                 continue;
             };
-            for c in containers.iter_mut().filter(|c| c["name"] == CONTAINER_NODE) {
+            for c in containers
+                .iter_mut()
+                .filter(|c| c["name"] == CONTAINER_NODE)
+            {
                 if let Some(obj) = c.as_object_mut() {
-                    let resources = obj.entry("resources").or_insert_with(|| Value::Object(Map::new()));
+                    let resources = obj
+                        .entry("resources")
+                        .or_insert_with(|| Value::Object(Map::new()));
                     strategic_merge::merge(resources, &rpn);
                 }
             }
         }
     }
 
-    let spec_out: JobSetSpec = serde_json::from_value(tree).map_err(|e| MergeError::InvalidResult {
-        source_field: "spec".into(),
-        reason: e.to_string(),
-    })?;
+    let spec_out: JobSetSpec =
+        serde_json::from_value(tree).map_err(|e| MergeError::InvalidResult {
+            source_field: "spec".into(),
+            reason: e.to_string(),
+        })?;
     let merged = MergedTemplate {
         labels,
         annotations,
@@ -271,19 +320,28 @@ pub fn ancestor(job: &trainforge_api::jobset::v1alpha2::ReplicatedJob) -> Option
         .map(String::as_str)
 }
 
-fn patch_template(patch: &RuntimePatch) -> Option<&trainforge_api::trainer::v1alpha1::JobSetTemplatePatch> {
-    patch.training_runtime_spec.as_ref().and_then(|s| s.template.as_ref())
+fn patch_template(
+    patch: &RuntimePatch,
+) -> Option<&trainforge_api::trainer::v1alpha1::JobSetTemplatePatch> {
+    patch
+        .training_runtime_spec
+        .as_ref()
+        .and_then(|s| s.template.as_ref())
 }
 
-fn jobs(spec: &JobSetSpec) -> impl Iterator<Item = &trainforge_api::jobset::v1alpha2::ReplicatedJob> {
+fn jobs(
+    spec: &JobSetSpec,
+) -> impl Iterator<Item = &trainforge_api::jobset::v1alpha2::ReplicatedJob> {
     spec.replicated_jobs.iter().flatten()
 }
 
 fn job_index(spec: &JobSetSpec, name: &str, field: &str) -> Result<usize, MergeError> {
-    jobs(spec).position(|j| j.name == name).ok_or_else(|| MergeError::UnknownJob {
-        field: field.to_string(),
-        name: name.to_string(),
-    })
+    jobs(spec)
+        .position(|j| j.name == name)
+        .ok_or_else(|| MergeError::UnknownJob {
+            field: field.to_string(),
+            name: name.to_string(),
+        })
 }
 
 /// Every container and init container an override names must exist in the job.
@@ -294,8 +352,14 @@ fn check_containers<'a>(
     init_containers: Option<impl Iterator<Item = &'a str>>,
     field: &str,
 ) -> Result<(), MergeError> {
-    let pod = jobs(spec).nth(index).and_then(|j| j.template.spec.as_ref()).and_then(|s| s.template.spec.as_ref());
-    let job = jobs(spec).nth(index).map(|j| j.name.clone()).unwrap_or_default();
+    let pod = jobs(spec)
+        .nth(index)
+        .and_then(|j| j.template.spec.as_ref())
+        .and_then(|s| s.template.spec.as_ref());
+    let job = jobs(spec)
+        .nth(index)
+        .map(|j| j.name.clone())
+        .unwrap_or_default();
     let has = |init: bool, name: &str| {
         pod.map(|p| {
             if init {

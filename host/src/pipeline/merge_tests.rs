@@ -50,7 +50,12 @@ fn pod_spec(m: &super::merge::MergedTemplate, job: usize) -> Value {
 }
 
 fn env_names(pod: &Value) -> Vec<String> {
-    pod["containers"][0]["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap().to_string()).collect()
+    pod["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[test]
@@ -73,29 +78,65 @@ fn labels_runtime_then_older_api_then_patches_in_order() {
 
 #[test]
 fn runtime_patches_merge_strategically_and_keep_job_order() {
-    let job = trainjob(json!({"runtimePatches": [{"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-        {"name": "node", "template": {"metadata": {"labels": {"jl": "1"}}, "spec": {"template": {
-            "metadata": {"annotations": {"pa": "1"}},
-            "spec": {
-                "nodeSelector": {"zone": "z1"},
-                "tolerations": [{"key": "t2", "operator": "Exists"}],
-                "containers": [{"name": "node", "env": [{"name": "C", "value": "3"}, {"name": "D", "value": "4"}]}]
-            }}}}},
-        {"name": "dataset-initializer", "template": {"metadata": {"labels": {"di": "1"}}}}
-    ]}}}}]}));
+    let job = trainjob(
+        json!({"runtimePatches": [{"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"metadata": {"labels": {"jl": "1"}}, "spec": {"template": {
+                "metadata": {"annotations": {"pa": "1"}},
+                "spec": {
+                    "nodeSelector": {"zone": "z1"},
+                    "tolerations": [{"key": "t2", "operator": "Exists"}],
+                    "containers": [{"name": "node", "env": [{"name": "C", "value": "3"}, {"name": "D", "value": "4"}]}]
+                }}}}},
+            {"name": "dataset-initializer", "template": {"metadata": {"labels": {"di": "1"}}}}
+        ]}}}}]}),
+    );
     let m = merge(&job, &runtime(json!({}))).unwrap();
-    let names: Vec<_> = m.spec.replicated_jobs.as_ref().unwrap().iter().map(|j| j.name.as_str()).collect();
-    assert_eq!(names, ["dataset-initializer", "node"], "runtime order restored");
+    let names: Vec<_> = m
+        .spec
+        .replicated_jobs
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|j| j.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["dataset-initializer", "node"],
+        "runtime order restored"
+    );
     let pod = pod_spec(&m, 1);
-    assert_eq!(env_names(&pod), ["C", "D", "A", "B"], "new-only patch entries first, as apimachinery does");
+    assert_eq!(
+        env_names(&pod),
+        ["C", "D", "A", "B"],
+        "new-only patch entries first, as apimachinery does"
+    );
     assert_eq!(pod["nodeSelector"], json!({"pool": "a", "zone": "z1"}));
-    assert_eq!(pod["tolerations"], json!([{"key": "t2", "operator": "Exists"}]));
-    assert_eq!(pod["containers"][0]["image"], "torch", "untouched fields kept");
-    assert_eq!(pod["volumes"], json!([{"name": "scratch", "emptyDir": {}}]), "empty objects in the runtime survive");
+    assert_eq!(
+        pod["tolerations"],
+        json!([{"key": "t2", "operator": "Exists"}])
+    );
+    assert_eq!(
+        pod["containers"][0]["image"], "torch",
+        "untouched fields kept"
+    );
+    assert_eq!(
+        pod["volumes"],
+        json!([{"name": "scratch", "emptyDir": {}}]),
+        "empty objects in the runtime survive"
+    );
     let spec = serde_json::to_value(&m.spec).unwrap();
-    assert_eq!(spec["replicatedJobs"][1]["template"]["metadata"]["labels"]["jl"], "1");
-    assert_eq!(spec["replicatedJobs"][1]["template"]["spec"]["template"]["metadata"]["annotations"]["pa"], "1");
-    assert_eq!(spec["replicatedJobs"][0]["template"]["metadata"]["labels"]["di"], "1");
+    assert_eq!(
+        spec["replicatedJobs"][1]["template"]["metadata"]["labels"]["jl"],
+        "1"
+    );
+    assert_eq!(
+        spec["replicatedJobs"][1]["template"]["spec"]["template"]["metadata"]["annotations"]["pa"],
+        "1"
+    );
+    assert_eq!(
+        spec["replicatedJobs"][0]["template"]["metadata"]["labels"]["di"],
+        "1"
+    );
 }
 
 #[test]
@@ -113,12 +154,28 @@ fn pod_template_overrides_target_only_the_named_jobs() {
     let pod = pod_spec(&m, 1);
     assert_eq!(pod["serviceAccountName"], "later", "later overrides win");
     // A new-only entry goes before runtime-only ones (apimachinery's order).
-    assert_eq!(pod["volumes"], json!([{"name": "data", "emptyDir": {}}, {"name": "scratch", "emptyDir": {}}]));
-    assert_eq!(pod["containers"][0]["env"][1], json!({"name": "B", "value": "over"}));
-    assert_eq!(pod["containers"][0]["volumeMounts"], json!([{"name": "data", "mountPath": "/data"}]));
+    assert_eq!(
+        pod["volumes"],
+        json!([{"name": "data", "emptyDir": {}}, {"name": "scratch", "emptyDir": {}}])
+    );
+    assert_eq!(
+        pod["containers"][0]["env"][1],
+        json!({"name": "B", "value": "over"})
+    );
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"],
+        json!([{"name": "data", "mountPath": "/data"}])
+    );
     let spec = serde_json::to_value(&m.spec).unwrap();
-    assert_eq!(spec["replicatedJobs"][1]["template"]["spec"]["template"]["metadata"]["labels"]["team"], "a");
-    assert_eq!(pod_spec(&m, 0)["serviceAccountName"], Value::Null, "other jobs untouched");
+    assert_eq!(
+        spec["replicatedJobs"][1]["template"]["spec"]["template"]["metadata"]["labels"]["team"],
+        "a"
+    );
+    assert_eq!(
+        pod_spec(&m, 0)["serviceAccountName"],
+        Value::Null,
+        "other jobs untouched"
+    );
 }
 
 #[test]
@@ -135,12 +192,16 @@ fn unknown_job_and_container_are_errors_naming_the_field() {
             name: "setup".into(),
         })
     );
-    let job = trainjob(json!({"runtimePatches": [{"manager": "x.io/m", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "ghost"}]}}}}]}));
+    let job = trainjob(
+        json!({"runtimePatches": [{"manager": "x.io/m", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "ghost"}]}}}}]}),
+    );
     let err = merge(&job, &runtime(json!({}))).unwrap_err();
     assert_eq!(
         err,
         MergeError::UnknownJob {
-            field: "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].name".into(),
+            field:
+                "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].name"
+                    .into(),
             name: "ghost".into()
         }
     );
@@ -149,19 +210,35 @@ fn unknown_job_and_container_are_errors_naming_the_field() {
 
 #[test]
 fn resources_per_node_merges_into_trainer_node_only_with_an_ml_policy() {
-    let job = trainjob(json!({"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "4", "cpu": "2"}}}}));
-    let with_policy = merge(&job, &runtime(json!({"mlPolicy": {"numNodes": 2, "torch": {}}}))).unwrap();
+    let job = trainjob(
+        json!({"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "4", "cpu": "2"}}}}),
+    );
+    let with_policy = merge(
+        &job,
+        &runtime(json!({"mlPolicy": {"numNodes": 2, "torch": {}}})),
+    )
+    .unwrap();
     assert_eq!(
         pod_spec(&with_policy, 1)["containers"][0]["resources"],
         json!({"limits": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "4"}})
     );
-    assert_eq!(pod_spec(&with_policy, 0)["containers"][0].get("resources"), None);
+    assert_eq!(
+        pod_spec(&with_policy, 0)["containers"][0].get("resources"),
+        None
+    );
     let without = merge(&job, &runtime(json!({}))).unwrap();
-    assert_eq!(pod_spec(&without, 1)["containers"][0]["resources"], json!({"limits": {"cpu": "1", "memory": "1Gi"}}));
+    assert_eq!(
+        pod_spec(&without, 1)["containers"][0]["resources"],
+        json!({"limits": {"cpu": "1", "memory": "1Gi"}})
+    );
 }
 
 #[test]
 fn missing_template_spec_is_an_error() {
-    let rt: TrainingRuntimeSpec = serde_json::from_value(json!({"template": {"metadata": {"labels": {"x": "y"}}}})).unwrap();
-    assert_eq!(merge(&trainjob(json!({})), &rt), Err(MergeError::MissingTemplateSpec));
+    let rt: TrainingRuntimeSpec =
+        serde_json::from_value(json!({"template": {"metadata": {"labels": {"x": "y"}}}})).unwrap();
+    assert_eq!(
+        merge(&trainjob(json!({})), &rt),
+        Err(MergeError::MissingTemplateSpec)
+    );
 }

@@ -15,10 +15,12 @@ use serde_json::Value;
 use tracing::{info_span, warn};
 use trainforge_api::plugin::{FieldError, Info};
 use trainforge_api::trainer::v1alpha1::constants::{
-    API_VERSION, CLUSTER_TRAINING_RUNTIME_KIND, DEFAULT_RUNTIME_API_GROUP, DEFAULT_RUNTIME_KIND, GROUP,
-    LABEL_SUPPORT, SUPPORT_DEPRECATED, TRAINING_RUNTIME_KIND, TRAINJOB_KIND,
+    API_VERSION, CLUSTER_TRAINING_RUNTIME_KIND, DEFAULT_RUNTIME_API_GROUP, DEFAULT_RUNTIME_KIND,
+    GROUP, LABEL_SUPPORT, SUPPORT_DEPRECATED, TRAINING_RUNTIME_KIND, TRAINJOB_KIND,
 };
-use trainforge_api::trainer::v1alpha1::{ClusterTrainingRuntime, TrainJob, TrainingRuntime, TrainingRuntimeSpec};
+use trainforge_api::trainer::v1alpha1::{
+    ClusterTrainingRuntime, TrainJob, TrainingRuntime, TrainingRuntimeSpec,
+};
 
 use super::info::{InfoError, runtime_info};
 use super::merge::{MergeError, merge_collecting};
@@ -97,7 +99,11 @@ pub struct Problem {
 
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}: {}", self.source, self.error.field, self.error.detail)
+        write!(
+            f,
+            "{}: {}: {}",
+            self.source, self.error.field, self.error.detail
+        )
     }
 }
 
@@ -173,20 +179,34 @@ pub fn validate(
     let v = plugins.validate_input(&input)?;
     warnings.extend(v.warnings);
     warnings.extend(v.ignored);
-    problems.extend(v.errors.into_iter().map(|e| Problem { source: e.plugin, error: e.error }));
-    if problems.is_empty() { Ok(warnings) } else { Err(PipelineError::Invalid { problems, warnings }) }
+    problems.extend(v.errors.into_iter().map(|e| Problem {
+        source: e.plugin,
+        error: e.error,
+    }));
+    if problems.is_empty() {
+        Ok(warnings)
+    } else {
+        Err(PipelineError::Invalid { problems, warnings })
+    }
 }
 
 /// Run the pipeline: validate, then every plugin phase, then put the objects
 /// (plus the runtime snapshot ConfigMap) in apply order.
-pub fn run(job: &TrainJob, runtime: &RuntimeObject, plugins: &PluginSet) -> Result<Rendered, PipelineError> {
+pub fn run(
+    job: &TrainJob,
+    runtime: &RuntimeObject,
+    plugins: &PluginSet,
+) -> Result<Rendered, PipelineError> {
     let name = job.metadata.name.clone().unwrap_or_default();
     let span = info_span!("pipeline", trainjob = %name, runtime = %runtime.name());
     let _guard = span.enter();
     let warnings = validate(job, None, runtime, plugins)?;
     let merged = super::merge::merge(job, runtime.spec())?;
     let info = runtime_info(&merged)?;
-    let trainjob = serde_json::to_value(job).map_err(|e| PipelineError::Serialize { what: "TrainJob", reason: e.to_string() })?;
+    let trainjob = serde_json::to_value(job).map_err(|e| PipelineError::Serialize {
+        what: "TrainJob",
+        reason: e.to_string(),
+    })?;
     let out = plugins.reconcile(&trainjob, &info)?;
     let mut warnings = warnings;
     warnings.extend(out.warnings);
@@ -196,7 +216,12 @@ pub fn run(job: &TrainJob, runtime: &RuntimeObject, plugins: &PluginSet) -> Resu
     for w in &warnings {
         warn!(warning = %w, "TrainJob warning");
     }
-    Ok(Rendered { objects, warnings, trainjob: out.trainjob, info: out.info })
+    Ok(Rendered {
+        objects,
+        warnings,
+        trainjob: out.trainjob,
+        info: out.info,
+    })
 }
 
 /// Apply order: what pods mount or are scheduled with comes before the
@@ -226,10 +251,18 @@ pub fn owner_reference(job: &TrainJob) -> OwnerReference {
 /// `<job>-runtime-snapshot`: the runtime as it was when the TrainJob was first
 /// reconciled (YAML under key `runtime`), so later edits or deletion of the
 /// runtime do not change a running job.
-pub fn snapshot_config_map(job: &TrainJob, runtime: &RuntimeObject) -> Result<Value, PipelineError> {
-    let runtime_json = runtime.to_json().map_err(|e| PipelineError::Serialize { what: "runtime", reason: e.to_string() })?;
-    let yaml = serde_saphyr::to_string(&runtime_json)
-        .map_err(|e| PipelineError::Serialize { what: "runtime", reason: e.to_string() })?;
+pub fn snapshot_config_map(
+    job: &TrainJob,
+    runtime: &RuntimeObject,
+) -> Result<Value, PipelineError> {
+    let runtime_json = runtime.to_json().map_err(|e| PipelineError::Serialize {
+        what: "runtime",
+        reason: e.to_string(),
+    })?;
+    let yaml = serde_saphyr::to_string(&runtime_json).map_err(|e| PipelineError::Serialize {
+        what: "runtime",
+        reason: e.to_string(),
+    })?;
     let name = job.metadata.name.clone().unwrap_or_default();
     let cm = ConfigMap {
         metadata: ObjectMeta {
@@ -241,7 +274,10 @@ pub fn snapshot_config_map(job: &TrainJob, runtime: &RuntimeObject) -> Result<Va
         data: Some([("runtime".to_string(), yaml)].into_iter().collect()),
         ..ConfigMap::default()
     };
-    serde_json::to_value(&cm).map_err(|e| PipelineError::Serialize { what: "snapshot ConfigMap", reason: e.to_string() })
+    serde_json::to_value(&cm).map_err(|e| PipelineError::Serialize {
+        what: "snapshot ConfigMap",
+        reason: e.to_string(),
+    })
 }
 
 /// The TrainJob must reference exactly this runtime, by a kind we serve.
@@ -250,7 +286,9 @@ fn check_runtime_ref(job: &TrainJob, runtime: &RuntimeObject) -> Result<(), Pipe
     let kind = r.kind.as_deref().unwrap_or(DEFAULT_RUNTIME_KIND);
     let group = r.api_group.as_deref().unwrap_or(DEFAULT_RUNTIME_API_GROUP);
     if group != GROUP || (kind != TRAINING_RUNTIME_KIND && kind != CLUSTER_TRAINING_RUNTIME_KIND) {
-        return Err(PipelineError::Runtime(format!("unsupported runtime: {kind}.{group}")));
+        return Err(PipelineError::Runtime(format!(
+            "unsupported runtime: {kind}.{group}"
+        )));
     }
     if kind != runtime.kind() || r.name != runtime.name() {
         return Err(PipelineError::Runtime(format!(
@@ -280,5 +318,8 @@ pub fn deprecation_warning(runtime: &RuntimeObject) -> Option<String> {
 }
 
 fn to_json_string<T: serde::Serialize>(v: &T, what: &'static str) -> Result<String, PipelineError> {
-    serde_json::to_string(v).map_err(|e| PipelineError::Serialize { what, reason: e.to_string() })
+    serde_json::to_string(v).map_err(|e| PipelineError::Serialize {
+        what,
+        reason: e.to_string(),
+    })
 }

@@ -29,8 +29,15 @@ use serde_json::{Map, Value};
 /// `EnvVar`s), which is why a name table is enough and no full schema is needed.
 fn merge_key(field: &str) -> Option<&'static str> {
     match field {
-        "replicatedJobs" | "containers" | "initContainers" | "ephemeralContainers" | "volumes"
-        | "env" | "imagePullSecrets" | "schedulingGates" | "resourceClaims" => Some("name"),
+        "replicatedJobs"
+        | "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "env"
+        | "imagePullSecrets"
+        | "schedulingGates"
+        | "resourceClaims" => Some("name"),
         "volumeMounts" | "volumeDevices" => Some("mountPath"),
         "ports" => Some("containerPort"),
         "hostAliases" => Some("ip"),
@@ -128,7 +135,12 @@ mod tests {
     use serde_json::json;
 
     fn env(names: &[&str], value: &str) -> Value {
-        Value::Array(names.iter().map(|n| json!({"name": n, "value": value})).collect())
+        Value::Array(
+            names
+                .iter()
+                .map(|n| json!({"name": n, "value": value}))
+                .collect(),
+        )
     }
 
     fn names(v: &Value) -> Vec<String> {
@@ -151,11 +163,23 @@ mod tests {
     fn list_order_matches_apimachinery() {
         assert_eq!(merged_env(&["A", "B"], &["B", "C"]), ["A", "B", "C"]);
         assert_eq!(merged_env(&["A", "B"], &["C", "D"]), ["C", "D", "A", "B"]);
-        assert_eq!(merged_env(&["A", "B", "C"], &["C", "X"]), ["A", "B", "C", "X"]);
-        assert_eq!(merged_env(&["A", "B", "C"], &["X", "A"]), ["X", "A", "B", "C"]);
+        assert_eq!(
+            merged_env(&["A", "B", "C"], &["C", "X"]),
+            ["A", "B", "C", "X"]
+        );
+        assert_eq!(
+            merged_env(&["A", "B", "C"], &["X", "A"]),
+            ["X", "A", "B", "C"]
+        );
         assert_eq!(merged_env(&["A", "B"], &["A", "Y"]), ["A", "Y", "B"]);
-        assert_eq!(merged_env(&["A", "B", "C"], &["B", "X", "A"]), ["B", "X", "A", "C"]);
-        assert_eq!(merged_env(&["A", "B", "C", "D"], &["D", "X", "B"]), ["A", "C", "D", "X", "B"]);
+        assert_eq!(
+            merged_env(&["A", "B", "C"], &["B", "X", "A"]),
+            ["B", "X", "A", "C"]
+        );
+        assert_eq!(
+            merged_env(&["A", "B", "C", "D"], &["D", "X", "B"]),
+            ["A", "C", "D", "X", "B"]
+        );
     }
 
     #[test]
@@ -165,14 +189,23 @@ mod tests {
             &mut orig,
             &json!({"containers": [{"name": "c", "env": [{"name": "A", "value": "2"}]}]}),
         );
-        assert_eq!(orig, json!({"containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "2"}]}]}));
+        assert_eq!(
+            orig,
+            json!({"containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "2"}]}]})
+        );
     }
 
     #[test]
     fn node_selector_merges_per_key_and_tolerations_are_replaced() {
         let mut orig = json!({"nodeSelector": {"x": "1"}, "tolerations": [{"key": "t1"}]});
-        merge(&mut orig, &json!({"nodeSelector": {"y": "2"}, "tolerations": [{"key": "t2"}]}));
-        assert_eq!(orig, json!({"nodeSelector": {"x": "1", "y": "2"}, "tolerations": [{"key": "t2"}]}));
+        merge(
+            &mut orig,
+            &json!({"nodeSelector": {"y": "2"}, "tolerations": [{"key": "t2"}]}),
+        );
+        assert_eq!(
+            orig,
+            json!({"nodeSelector": {"x": "1", "y": "2"}, "tolerations": [{"key": "t2"}]})
+        );
     }
 
     #[test]
@@ -191,7 +224,10 @@ mod tests {
     #[test]
     fn resource_maps_merge_per_resource_name() {
         let mut orig = json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1"}});
-        merge(&mut orig, &json!({"limits": {"nvidia.com/gpu": "4", "cpu": "2"}}));
+        merge(
+            &mut orig,
+            &json!({"limits": {"nvidia.com/gpu": "4", "cpu": "2"}}),
+        );
         assert_eq!(
             orig,
             json!({"limits": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "4"}, "requests": {"cpu": "1"}})
@@ -205,7 +241,10 @@ mod tests {
             &mut orig,
             &json!({"replicatedJobs": [{"name": "b", "x": 1}, {"name": "a", "x": 2}]}),
         );
-        assert_eq!(orig, json!({"replicatedJobs": [{"name": "b", "x": 1}, {"name": "a", "x": 2}]}));
+        assert_eq!(
+            orig,
+            json!({"replicatedJobs": [{"name": "b", "x": 1}, {"name": "a", "x": 2}]})
+        );
     }
 
     #[test]

@@ -29,7 +29,10 @@ pub fn all() -> &'static [BuiltinPlugin] {
 impl BuiltinPlugin {
     /// A [`PluginSource`] for this builtin (default config, no grants).
     pub fn source(&self) -> PluginSource {
-        PluginSource::new(format!("builtin:{}", self.crate_name), Arc::<[u8]>::from(self.wasm))
+        PluginSource::new(
+            format!("builtin:{}", self.crate_name),
+            Arc::<[u8]>::from(self.wasm),
+        )
     }
 }
 
@@ -42,11 +45,15 @@ pub fn load_all(rt: &PluginRuntime) -> Result<Vec<super::LoadedPlugin>, Error> {
 /// MPI's `random`), reading cluster objects from `objects` (`None`: no
 /// objects, as in `render`). Each is loaded twice: once to read what it
 /// declares, once with the grants (the second load hits the memory cache).
-pub fn load_trusted(rt: &PluginRuntime, objects: Option<Arc<dyn ObjectSource>>) -> Result<Vec<LoadedPlugin>, Error> {
+pub fn load_trusted(
+    rt: &PluginRuntime,
+    objects: Option<Arc<dyn ObjectSource>>,
+) -> Result<Vec<LoadedPlugin>, Error> {
     let mut loaded = Vec::new();
     for b in all() {
         let probe = rt.load(b.source())?;
-        let (grants, _unknown) = Grants::from_names(probe.descriptor().capabilities.iter().map(String::as_str));
+        let (grants, _unknown) =
+            Grants::from_names(probe.descriptor().capabilities.iter().map(String::as_str));
         let mut src = b.source();
         src.grants = grants;
         if let Some(objects) = &objects {

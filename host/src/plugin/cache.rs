@@ -54,13 +54,20 @@ pub(crate) struct ArtifactCache {
 
 impl ArtifactCache {
     pub(crate) fn new(engine: &Engine, dir: Option<PathBuf>) -> Self {
-        ArtifactCache { dir, engine_hash: engine_hash(engine), memory: Mutex::new(HashMap::new()) }
+        ArtifactCache {
+            dir,
+            engine_hash: engine_hash(engine),
+            memory: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Cache key of a component with digest `sha256`.
     pub(crate) fn key(&self, sha256: &str) -> String {
         // 16 hex chars of the engine hash are plenty to separate configs.
-        format!("{sha256}-{}", &self.engine_hash[..16.min(self.engine_hash.len())])
+        format!(
+            "{sha256}-{}",
+            &self.engine_hash[..16.min(self.engine_hash.len())]
+        )
     }
 
     /// Get the compiled component for `bytes` (digest `sha256`), compiling
@@ -86,7 +93,9 @@ impl ArtifactCache {
             }
         }
         let component = if let Some(dir) = &self.dir {
-            let artifact = engine.precompile_component(bytes).map_err(|e| format!("{e:#}"))?;
+            let artifact = engine
+                .precompile_component(bytes)
+                .map_err(|e| format!("{e:#}"))?;
             if let Err(e) = trainforge_precompiled::store(dir, &key, &artifact) {
                 tracing::warn!(key, error = %e, "could not write artifact cache");
             }

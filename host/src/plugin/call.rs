@@ -1,13 +1,13 @@
 //! A loaded plugin and its calls: a fresh `Store` per call from the cached
 //! `InstancePre`, epoch deadline, memory cap, output bounds, error mapping.
 
+use super::Error;
 use super::bindings::{PluginPre, wit};
 use super::engine::{EpochTicker, Limits, deadline_ticks};
 use super::observe::{FailurePolicy, ObserverSlot};
 use super::output_check::{Owner, check_objects};
 use super::registry::ObjectSource;
 use super::sandbox::{CallState, PluginContext};
-use super::Error;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -90,7 +90,12 @@ fn plugin_error(e: wit::PluginError) -> PluginError {
 
 pub(crate) fn descriptor_from_wit(d: wit::Descriptor) -> Descriptor {
     let kinds = |v: Vec<wit::KindRef>| {
-        v.into_iter().map(|k| KindRef { api_version: k.api_version, kind: k.kind }).collect()
+        v.into_iter()
+            .map(|k| KindRef {
+                api_version: k.api_version,
+                kind: k.kind,
+            })
+            .collect()
     };
     Descriptor {
         name: d.name,
@@ -115,13 +120,19 @@ pub(crate) fn with_instance<R>(
 ) -> (Result<R, Error>, usize) {
     let ctx = &env.ctx;
     let limits: Limits = ctx.limits;
-    let mut store = Store::new(&env.engine, CallState::new(ctx.clone(), env.objects.clone()));
+    let mut store = Store::new(
+        &env.engine,
+        CallState::new(ctx.clone(), env.objects.clone()),
+    );
     store.limiter(|s| &mut s.limiter);
     store.set_epoch_deadline(deadline_ticks(limits.timeout, env.tick));
     store.epoch_deadline_trap();
     let result = match env.pre.instantiate(&mut store) {
         Ok(instance) => f(&mut store, &instance),
-        Err(e) if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() => {
+        Err(e)
+            if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+                .is_some() =>
+        {
             let high_water = store.data().limiter.high_water;
             return (
                 Err(Error::Host(format!(
@@ -159,7 +170,11 @@ pub(crate) fn with_instance<R>(
             message.push_str("; stderr: ");
             message.push_str(&stderr);
         }
-        Error::Trap { plugin: ctx.name.clone(), phase: phase.to_owned(), message }
+        Error::Trap {
+            plugin: ctx.name.clone(),
+            phase: phase.to_owned(),
+            message,
+        }
     });
     (result, high_water)
 }
@@ -199,7 +214,12 @@ impl LoadedPlugin {
     /// Whether the pipeline calls `phase` on this plugin: it implements it
     /// and the configuration's `phases` (if set) includes it.
     pub fn calls(&self, phase: Phase) -> bool {
-        self.implements(phase) && self.inner.phases.as_ref().is_none_or(|only| only.contains(&phase))
+        self.implements(phase)
+            && self
+                .inner
+                .phases
+                .as_ref()
+                .is_none_or(|only| only.contains(&phase))
     }
 
     /// One observed guest call: a fresh instance runs `f`, then `post`
@@ -218,10 +238,20 @@ impl LoadedPlugin {
         let r = r.and_then(post);
         let elapsed = start.elapsed();
         match &r {
-            Ok(_) => tracing::debug!(elapsed_us = elapsed.as_micros() as u64, high_water, "plugin call done"),
+            Ok(_) => tracing::debug!(
+                elapsed_us = elapsed.as_micros() as u64,
+                high_water,
+                "plugin call done"
+            ),
             Err(e) => tracing::warn!(reason = e.reason(), error = %e, "plugin call failed"),
         }
-        i.env.observer.notify(&i.descriptor.name, phase, elapsed, r.as_ref().err().map(Error::reason), high_water);
+        i.env.observer.notify(
+            &i.descriptor.name,
+            phase,
+            elapsed,
+            r.as_ref().err().map(Error::reason),
+            high_water,
+        );
         r
     }
 
@@ -238,7 +268,11 @@ impl LoadedPlugin {
     }
 
     fn expected(&self, phase: Phase, e: wit::PluginError) -> Error {
-        Error::Plugin { plugin: self.name().to_owned(), phase: phase.to_string(), error: plugin_error(e) }
+        Error::Plugin {
+            plugin: self.name().to_owned(),
+            phase: phase.to_string(),
+            error: plugin_error(e),
+        }
     }
 
     /// Run an enforce or pre-build phase. The returned JSON (if any) is
@@ -255,30 +289,44 @@ impl LoadedPlugin {
                 let g = p.trainforge_plugin_guest();
                 match phase {
                     Phase::EnforceMlPolicy => g.call_enforce_ml_policy(store, &wit_input),
-                    Phase::EnforcePodGroupPolicy => g.call_enforce_pod_group_policy(store, &wit_input),
+                    Phase::EnforcePodGroupPolicy => {
+                        g.call_enforce_pod_group_policy(store, &wit_input)
+                    }
                     Phase::EnforcePodSpec => g.call_enforce_pod_spec(store, &wit_input),
                     Phase::PreBuild => g.call_pre_build(store, &wit_input),
-                    Phase::Build | Phase::Validate | Phase::Status => {
-                        Err(wasmtime::Error::msg(format!("{phase} is not an enforce phase")))
-                    }
+                    Phase::Build | Phase::Validate | Phase::Status => Err(wasmtime::Error::msg(
+                        format!("{phase} is not an enforce phase"),
+                    )),
                 }
             },
             |r| {
                 let m = r.map_err(|e| self.expected(phase, e))?;
-                let size = m.info.as_ref().map_or(0, String::len) + m.trainjob.as_ref().map_or(0, String::len);
+                let size = m.info.as_ref().map_or(0, String::len)
+                    + m.trainjob.as_ref().map_or(0, String::len);
                 self.check_size(phase, size)?;
                 for (what, s) in [("info", &m.info), ("trainjob", &m.trainjob)] {
                     if let Some(s) = s {
                         // Validate without building a tree (the next plugin parses it).
                         if !s.trim_start().starts_with('{') {
-                            return Err(Error::invalid_output(self.name(), phase, format!("{what} is not a JSON object")));
+                            return Err(Error::invalid_output(
+                                self.name(),
+                                phase,
+                                format!("{what} is not a JSON object"),
+                            ));
                         }
                         if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(s) {
-                            return Err(Error::invalid_output(self.name(), phase, format!("{what} is not valid JSON: {e}")));
+                            return Err(Error::invalid_output(
+                                self.name(),
+                                phase,
+                                format!("{what} is not valid JSON: {e}"),
+                            ));
                         }
                     }
                 }
-                Ok(Mutation { info: m.info, trainjob: m.trainjob })
+                Ok(Mutation {
+                    info: m.info,
+                    trainjob: m.trainjob,
+                })
             },
         )
     }
@@ -299,7 +347,12 @@ impl LoadedPlugin {
                 let raw = r.map_err(|e| self.expected(Phase::Build, e))?;
                 self.check_size(Phase::Build, raw.iter().map(String::len).sum())?;
                 let trainjob: Value = serde_json::from_str(&input.trainjob).unwrap_or(Value::Null);
-                check_objects(self.name(), &self.inner.emits, &Owner::from_trainjob(&trainjob), raw)
+                check_objects(
+                    self.name(),
+                    &self.inner.emits,
+                    &Owner::from_trainjob(&trainjob),
+                    raw,
+                )
             },
         )
     }
@@ -320,7 +373,11 @@ impl LoadedPlugin {
                 let size = v.warnings.iter().map(String::len).sum::<usize>()
                     + v.errors
                         .iter()
-                        .map(|e| e.field.len() + e.detail.len() + e.bad_value.as_ref().map_or(0, String::len))
+                        .map(|e| {
+                            e.field.len()
+                                + e.detail.len()
+                                + e.bad_value.as_ref().map_or(0, String::len)
+                        })
                         .sum::<usize>();
                 self.check_size(Phase::Validate, size)?;
                 Ok(validation_from_wit(v))
@@ -343,7 +400,11 @@ impl LoadedPlugin {
                 Some(s) => {
                     self.check_size(Phase::Status, s.len())?;
                     serde_json::from_str(&s).map(Some).map_err(|e| {
-                        Error::invalid_output(self.name(), Phase::Status, format!("status is not valid JSON: {e}"))
+                        Error::invalid_output(
+                            self.name(),
+                            Phase::Status,
+                            format!("status is not valid JSON: {e}"),
+                        )
                     })
                 }
             },
@@ -352,7 +413,11 @@ impl LoadedPlugin {
 
     /// Call `describe` again (fresh instance) — used by benchmarks and `inspect`.
     pub fn describe_fresh(&self) -> Result<Descriptor, Error> {
-        self.call("describe", |store, p| p.trainforge_plugin_guest().call_describe(store), |d| Ok(descriptor_from_wit(d)))
+        self.call(
+            "describe",
+            |store, p| p.trainforge_plugin_guest().call_describe(store),
+            |d| Ok(descriptor_from_wit(d)),
+        )
     }
 }
 

@@ -96,7 +96,10 @@ pub enum Error {
 }
 
 fn read(path: &Path) -> Result<String, Error> {
-    std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_owned(), source })
+    std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 fn read_doc(path: &Path) -> Result<Value, Error> {
@@ -104,15 +107,19 @@ fn read_doc(path: &Path) -> Result<Value, Error> {
     if let Ok(v) = serde_json::from_str(&text) {
         return Ok(v);
     }
-    serde_saphyr::from_str::<Value>(&text)
-        .map_err(|e| Error::Parse { path: path.to_owned(), message: e.to_string() })
+    serde_saphyr::from_str::<Value>(&text).map_err(|e| Error::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
 }
 
 fn load(rt: &PluginRuntime, file: &Path, config: Option<&Path>) -> Result<PluginSource, Error> {
     let mut src = PluginSource::from_file(file)?;
     if let Some(c) = config {
-        let v: Value = serde_json::from_str(&read(c)?)
-            .map_err(|e| Error::Parse { path: c.to_owned(), message: e.to_string() })?;
+        let v: Value = serde_json::from_str(&read(c)?).map_err(|e| Error::Parse {
+            path: c.to_owned(),
+            message: e.to_string(),
+        })?;
         src.config = v.to_string();
     }
     let _ = rt;
@@ -136,7 +143,14 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
             let p = rt.load(src)?;
             inspect(&p, size, json)
         }
-        PluginCommand::Run { file, trainjob, runtime, config, objects, grants } => {
+        PluginCommand::Run {
+            file,
+            trainjob,
+            runtime,
+            config,
+            objects,
+            grants,
+        } => {
             let mut src = load(&rt, &file, config.as_deref())?;
             let mut store = StaticObjects::default();
             for o in &objects {
@@ -153,7 +167,13 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
             let info = Info::from_runtime_template(&read_doc(&runtime)?, &trainjob)?;
             print_json(&dry_run(&p, &trainjob, &info)?)
         }
-        PluginCommand::Bench { file, iterations, trainjob, runtime, config } => {
+        PluginCommand::Bench {
+            file,
+            iterations,
+            trainjob,
+            runtime,
+            config,
+        } => {
             let src = load(&rt, &file, config.as_deref())?;
             let (trainjob, info) = match (trainjob, runtime) {
                 (Some(t), Some(r)) => {
@@ -173,8 +193,15 @@ fn inspect(p: &LoadedPlugin, size: usize, as_json: bool) -> Result<(), Error> {
     if as_json {
         return print_json(&json!({"descriptor": d, "sha256": p.sha256(), "size": size}));
     }
-    let list = |v: Vec<String>| if v.is_empty() { "-".to_owned() } else { v.join(", ") };
-    let kinds = |v: &[trainforge_api::plugin::KindRef]| list(v.iter().map(ToString::to_string).collect());
+    let list = |v: Vec<String>| {
+        if v.is_empty() {
+            "-".to_owned()
+        } else {
+            v.join(", ")
+        }
+    };
+    let kinds =
+        |v: &[trainforge_api::plugin::KindRef]| list(v.iter().map(ToString::to_string).collect());
     println!("name:          {}", d.name);
     println!("version:       {}", d.version);
     println!("wit-version:   {}", d.wit_version);
@@ -218,16 +245,33 @@ pub fn percentiles(samples: &mut [Duration]) -> (f64, f64, f64, f64) {
     (at(0.5), at(0.9), at(0.99), at(1.0))
 }
 
-fn bench(rt: &PluginRuntime, src: PluginSource, trainjob: &Value, info: &Info, n: usize) -> Result<(), Error> {
+fn bench(
+    rt: &PluginRuntime,
+    src: PluginSource,
+    trainjob: &Value,
+    info: &Info,
+    n: usize,
+) -> Result<(), Error> {
     let start = Instant::now();
     let p = rt.load(src.clone())?;
     let cold = start.elapsed();
     let start = Instant::now();
     let _ = rt.load(src)?;
     let warm = start.elapsed();
-    println!("plugin {} ({} bytes of info JSON)", p.name(), serde_json::to_string(info).map(|s| s.len()).unwrap_or(0));
-    println!("load: compile + describe {:.2} ms; cached + describe {:.3} ms", cold.as_secs_f64() * 1e3, warm.as_secs_f64() * 1e3);
-    println!("{:<26} {:>10} {:>10} {:>10} {:>10}", "phase (µs, fresh store)", "p50", "p90", "p99", "max");
+    println!(
+        "plugin {} ({} bytes of info JSON)",
+        p.name(),
+        serde_json::to_string(info).map(|s| s.len()).unwrap_or(0)
+    );
+    println!(
+        "load: compile + describe {:.2} ms; cached + describe {:.3} ms",
+        cold.as_secs_f64() * 1e3,
+        warm.as_secs_f64() * 1e3
+    );
+    println!(
+        "{:<26} {:>10} {:>10} {:>10} {:>10}",
+        "phase (µs, fresh store)", "p50", "p90", "p99", "max"
+    );
     let input = PhaseInput {
         trainjob: trainjob.to_string(),
         info: serde_json::to_string(info).map_err(|e| Error::Output(e.to_string()))?,
@@ -249,13 +293,19 @@ fn bench(rt: &PluginRuntime, src: PluginSource, trainjob: &Value, info: &Info, n
             Phase::Build => row("build", &mut || p.build(&input).map(drop))?,
             Phase::Status => row("status", &mut || p.status(&input).map(drop))?,
             Phase::Validate => {
-                let vi = ValidateInput { trainjob: input.trainjob.clone(), old_trainjob: None, info: input.info.clone() };
+                let vi = ValidateInput {
+                    trainjob: input.trainjob.clone(),
+                    old_trainjob: None,
+                    info: input.info.clone(),
+                };
                 row("validate", &mut || p.validate(&vi).map(drop))?
             }
             other => row(other.as_str(), &mut || p.enforce(other, &input).map(drop))?,
         }
     }
     let set = PluginSet::new(vec![p.clone()])?;
-    row("reconcile (all phases)", &mut || set.reconcile(trainjob, info).map(drop))?;
+    row("reconcile (all phases)", &mut || {
+        set.reconcile(trainjob, info).map(drop)
+    })?;
     Ok(())
 }

@@ -1,11 +1,11 @@
 //! The wasmtime engine, its epoch ticker thread, and runtime configuration.
 
 use super::Error;
+use super::observe::CallObserver;
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use super::observe::CallObserver;
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 /// Per-call limits. Defaults follow `wasm-host.md` §5.2.
@@ -140,9 +140,11 @@ fn pooling(max_calls: u32, scan: bool) -> PoolingAllocationConfig {
         .max_unused_warm_slots(max_calls.min(MAX_WARM_SLOTS))
         .table_keep_resident(64 << 10);
     if scan {
-        p.pagemap_scan(Enabled::Yes).linear_memory_keep_resident(KEEP_RESIDENT_WITH_SCAN);
+        p.pagemap_scan(Enabled::Yes)
+            .linear_memory_keep_resident(KEEP_RESIDENT_WITH_SCAN);
     } else {
-        p.pagemap_scan(Enabled::No).linear_memory_keep_resident(KEEP_RESIDENT_WITHOUT_SCAN);
+        p.pagemap_scan(Enabled::No)
+            .linear_memory_keep_resident(KEEP_RESIDENT_WITHOUT_SCAN);
     }
     p
 }
@@ -157,10 +159,15 @@ pub(crate) fn new_engine(max_concurrent_calls: u32) -> Result<Engine, Error> {
     if max_concurrent_calls > 0 {
         for scan in [true, false] {
             let mut config = base_config();
-            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(max_concurrent_calls, scan)));
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(
+                max_concurrent_calls,
+                scan,
+            )));
             match Engine::new(&config) {
                 Ok(engine) => return Ok(engine),
-                Err(e) => tracing::debug!(scan, error = %e, "pooling allocator unavailable with this setting"),
+                Err(e) => {
+                    tracing::debug!(scan, error = %e, "pooling allocator unavailable with this setting")
+                }
             }
         }
         tracing::warn!("pooling allocator unavailable; plugin calls map memory on demand (slower)");
@@ -193,7 +200,10 @@ impl EpochTicker {
                 }
             })
             .map_err(|e| Error::Host(format!("spawning epoch ticker: {e}")))?;
-        Ok(EpochTicker { stop: Some(tx), handle: Some(handle) })
+        Ok(EpochTicker {
+            stop: Some(tx),
+            handle: Some(handle),
+        })
     }
 }
 
@@ -211,7 +221,10 @@ impl Drop for EpochTicker {
 pub(crate) fn deadline_ticks(timeout: Duration, tick: Duration) -> u64 {
     let tick = tick.as_nanos().max(1);
     let n = timeout.as_nanos().div_ceil(tick);
-    u64::try_from(n).unwrap_or(u64::MAX / 2).max(1).saturating_add(1)
+    u64::try_from(n)
+        .unwrap_or(u64::MAX / 2)
+        .max(1)
+        .saturating_add(1)
 }
 
 /// Keeps the engine alive together with the ticker.
@@ -226,7 +239,10 @@ impl EngineHandle {
     pub(crate) fn new(tick: Duration, max_concurrent_calls: u32) -> Result<Self, Error> {
         let engine = new_engine(max_concurrent_calls)?;
         let ticker = EpochTicker::start(&engine, tick)?;
-        Ok(EngineHandle { engine, ticker: Arc::new(ticker) })
+        Ok(EngineHandle {
+            engine,
+            ticker: Arc::new(ticker),
+        })
     }
 }
 

@@ -35,10 +35,10 @@ mod call;
 pub mod cli;
 mod engine;
 mod error;
-pub mod output_check;
-pub mod sample;
 mod observe;
+pub mod output_check;
 mod registry;
+pub mod sample;
 mod sandbox;
 
 pub use cache::{CacheOutcome, sha256_hex};
@@ -47,7 +47,7 @@ pub use engine::{Limits, RuntimeConfig};
 pub use error::Error;
 pub use observe::{CallObserver, FailurePolicy};
 pub use registry::{
-    NoObjects, ObjectSource, PluginFieldError, PluginRuntime, PluginSet, PluginSource, ReconcileOutput,
-    StaticObjects, StatusOutput, ValidateOutput, wit_compatible,
+    NoObjects, ObjectSource, PluginFieldError, PluginRuntime, PluginSet, PluginSource,
+    ReconcileOutput, StaticObjects, StatusOutput, ValidateOutput, wit_compatible,
 };
 pub use sandbox::Grants;

@@ -82,5 +82,8 @@ impl std::fmt::Display for FailurePolicy {
 
 /// The warning a pass reports for an ignored failure.
 pub(crate) fn ignored_warning(plugin: &str, phase: &str, error: &super::Error) -> String {
-    format!("plugin {plugin} failed in phase {phase} ({}), ignored (failurePolicy Ignore): {error}", error.reason())
+    format!(
+        "plugin {plugin} failed in phase {phase} ({}), ignored (failurePolicy Ignore): {error}",
+        error.reason()
+    )
 }

@@ -65,7 +65,12 @@ pub struct Owner {
 impl Owner {
     /// Read namespace/name/uid from a TrainJob JSON.
     pub fn from_trainjob(trainjob: &Value) -> Owner {
-        let s = |p: &str| trainjob.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        let s = |p: &str| {
+            trainjob
+                .pointer(p)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
         Owner {
             namespace: s("/metadata/namespace").unwrap_or_default(),
             name: s("/metadata/name").unwrap_or_default(),
@@ -80,7 +85,9 @@ fn describe(o: &Value) -> String {
         "{}/{} {}/{}",
         s("/apiVersion"),
         s("/kind"),
-        o.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("-"),
+        o.pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("-"),
         s("/metadata/name")
     )
 }
@@ -135,13 +142,28 @@ fn check_object(
     }
     let kref = KindRef::new(api_version, kind);
     if FORBIDDEN_GROUPS.contains(&kref.group()) {
-        return Err(forbidden(o, format!("API group {:?} may never be emitted by a plugin", kref.group())));
+        return Err(forbidden(
+            o,
+            format!(
+                "API group {:?} may never be emitted by a plugin",
+                kref.group()
+            ),
+        ));
     }
     if CLUSTER_SCOPED_KINDS.contains(&kref.kind.as_str()) {
-        return Err(forbidden(o, format!("{} is cluster-scoped; plugins may only emit namespaced objects", kref.kind)));
+        return Err(forbidden(
+            o,
+            format!(
+                "{} is cluster-scoped; plugins may only emit namespaced objects",
+                kref.kind
+            ),
+        ));
     }
     if !emits.contains(&kref) {
-        return Err(forbidden(o, format!("{kref} is not in the plugin's emits allow-list")));
+        return Err(forbidden(
+            o,
+            format!("{kref} is not in the plugin's emits allow-list"),
+        ));
     }
     match o.pointer("/metadata/namespace") {
         None | Some(Value::Null) => {
@@ -153,12 +175,17 @@ fn check_object(
         Some(other) => {
             return Err(forbidden(
                 o,
-                format!("namespace {other} is not the TrainJob's namespace {:?}", owner.namespace),
+                format!(
+                    "namespace {other} is not the TrainJob's namespace {:?}",
+                    owner.namespace
+                ),
             ));
         }
     }
     if let Some(refs) = o.pointer("/metadata/ownerReferences") {
-        let refs = refs.as_array().ok_or_else(|| invalid("ownerReferences is not a list".into()))?;
+        let refs = refs
+            .as_array()
+            .ok_or_else(|| invalid("ownerReferences is not a list".into()))?;
         for r in refs {
             let s = |k: &str| r.get(k).and_then(Value::as_str);
             let is_trainjob = s("kind") == Some("TrainJob")
@@ -192,13 +219,20 @@ mod tests {
     use serde_json::json;
 
     fn owner() -> Owner {
-        Owner { namespace: "team-a".into(), name: "job".into(), uid: Some("u1".into()) }
+        Owner {
+            namespace: "team-a".into(),
+            name: "job".into(),
+            uid: Some("u1".into()),
+        }
     }
 
     fn emits() -> BTreeSet<KindRef> {
-        [KindRef::new("v1", "ConfigMap"), KindRef::new("rbac.authorization.k8s.io/v1", "Role")]
-            .into_iter()
-            .collect()
+        [
+            KindRef::new("v1", "ConfigMap"),
+            KindRef::new("rbac.authorization.k8s.io/v1", "Role"),
+        ]
+        .into_iter()
+        .collect()
     }
 
     fn check(o: Value) -> Result<Vec<Value>, Error> {
@@ -221,7 +255,8 @@ mod tests {
 
     #[test]
     fn refuses_undeclared_other_namespace_and_foreign_owner() {
-        let e = check(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}})).unwrap_err();
+        let e = check(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}}))
+            .unwrap_err();
         assert_eq!(e.reason(), "ForbiddenObject");
         let e = check(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "kube-system"}})).unwrap_err();
         assert!(e.to_string().contains("kube-system"), "{e}");

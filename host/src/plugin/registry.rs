@@ -1,13 +1,15 @@
 //! Loading plugins (digest pin, cache, interface checks, `describe`) and
 //! running a set of them as the reconcile pipeline.
 
+use super::Error;
 use super::bindings::{Plugin as WitPlugin, PluginPre};
 use super::cache::{ArtifactCache, CacheOutcome, sha256_hex};
-use super::call::{CallEnv, Inner, LoadedPlugin, PhaseInput, ValidateInput, descriptor_from_wit, with_instance};
-use super::observe::{CallObserver, FailurePolicy, ObserverSlot, ignored_warning};
+use super::call::{
+    CallEnv, Inner, LoadedPlugin, PhaseInput, ValidateInput, descriptor_from_wit, with_instance,
+};
 use super::engine::{EngineHandle, Limits, RuntimeConfig};
+use super::observe::{CallObserver, FailurePolicy, ObserverSlot, ignored_warning};
 use super::sandbox::{CallState, Grants, PluginContext};
-use super::Error;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -38,9 +40,19 @@ pub struct StaticObjects(BTreeMap<(KindRef, String, String), String>);
 impl StaticObjects {
     /// Add an object (uses its apiVersion, kind, namespace and name).
     pub fn insert(&mut self, object: &Value) {
-        let s = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let s = |p: &str| {
+            object
+                .pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
         self.0.insert(
-            (KindRef::new(s("/apiVersion"), s("/kind")), s("/metadata/namespace"), s("/metadata/name")),
+            (
+                KindRef::new(s("/apiVersion"), s("/kind")),
+                s("/metadata/namespace"),
+                s("/metadata/name"),
+            ),
             object.to_string(),
         );
     }
@@ -48,7 +60,10 @@ impl StaticObjects {
 
 impl ObjectSource for StaticObjects {
     fn get(&self, kind: &KindRef, namespace: &str, name: &str) -> Result<Option<String>, String> {
-        Ok(self.0.get(&(kind.clone(), namespace.to_owned(), name.to_owned())).cloned())
+        Ok(self
+            .0
+            .get(&(kind.clone(), namespace.to_owned(), name.to_owned()))
+            .cloned())
     }
 }
 
@@ -98,7 +113,10 @@ impl PluginSource {
 
     /// Read a component file.
     pub fn from_file(path: &std::path::Path) -> Result<Self, Error> {
-        let label = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        let label = path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let bytes = std::fs::read(path).map_err(|e| Error::LoadFailed {
             plugin: label.clone(),
             message: format!("reading {}: {e}", path.display()),
@@ -154,7 +172,14 @@ impl PluginRuntime {
             .map_err(|e| Error::Host(format!("linking host imports: {e:#}")))?;
         let cache = ArtifactCache::new(&engine.engine, config.cache_dir.clone());
         let observer = Arc::new(ObserverSlot::new(config.observer.clone()));
-        Ok(PluginRuntime { engine, linker, cache, config, observer, linked: Mutex::new(HashMap::new()) })
+        Ok(PluginRuntime {
+            engine,
+            linker,
+            cache,
+            config,
+            observer,
+            linked: Mutex::new(HashMap::new()),
+        })
     }
 
     /// Set (or replace) the observer told about every guest call, for
@@ -190,7 +215,10 @@ impl PluginRuntime {
     /// Like [`PluginRuntime::load`], also telling where the compiled code came from.
     pub fn load_traced(&self, src: PluginSource) -> Result<(LoadedPlugin, CacheOutcome), Error> {
         let label = src.label.clone();
-        let load_failed = |m: String| Error::LoadFailed { plugin: label.clone(), message: m };
+        let load_failed = |m: String| Error::LoadFailed {
+            plugin: label.clone(),
+            message: m,
+        };
         if src.bytes.len() > self.config.max_component_bytes {
             return Err(load_failed(format!(
                 "component is {} bytes; the limit is {}",
@@ -200,22 +228,39 @@ impl PluginRuntime {
         }
         let sha256 = sha256_hex(&src.bytes);
         if let Some(expected) = &src.sha256 {
-            let expected = expected.trim().trim_start_matches("sha256:").to_ascii_lowercase();
+            let expected = expected
+                .trim()
+                .trim_start_matches("sha256:")
+                .to_ascii_lowercase();
             if expected != sha256 {
-                return Err(Error::DigestMismatch { plugin: label, expected, actual: sha256 });
+                return Err(Error::DigestMismatch {
+                    plugin: label,
+                    expected,
+                    actual: sha256,
+                });
             }
         }
         let engine = &self.engine.engine;
-        let (component, outcome) =
-            self.cache.get_or_compile(engine, &sha256, &src.bytes).map_err(|m| load_failed(format!("compiling: {m}")))?;
+        let (component, outcome) = self
+            .cache
+            .get_or_compile(engine, &sha256, &src.bytes)
+            .map_err(|m| load_failed(format!("compiling: {m}")))?;
 
         // Interface check from the component type (no instantiation needed).
         let ty = component.component_type();
-        let incompatible = |m: String| Error::IncompatibleInterface { plugin: label.clone(), message: m };
+        let incompatible = |m: String| Error::IncompatibleInterface {
+            plugin: label.clone(),
+            message: m,
+        };
         let exported: Vec<&str> = ty.exports(engine).map(|(n, _)| n).collect();
-        let guest = exported.iter().find(|n| n.starts_with(GUEST_EXPORT)).ok_or_else(|| {
-            incompatible(format!("does not export {GUEST_EXPORT}{WIT_VERSION} (exports: {exported:?})"))
-        })?;
+        let guest = exported
+            .iter()
+            .find(|n| n.starts_with(GUEST_EXPORT))
+            .ok_or_else(|| {
+                incompatible(format!(
+                    "does not export {GUEST_EXPORT}{WIT_VERSION} (exports: {exported:?})"
+                ))
+            })?;
         let version = &guest[GUEST_EXPORT.len()..];
         if !wit_compatible(version) {
             return Err(incompatible(format!(
@@ -241,8 +286,8 @@ impl PluginRuntime {
                     .linker
                     .instantiate_pre(&component)
                     .map_err(|e| incompatible(format!("linking: {e:#}")))?;
-                let pre =
-                    PluginPre::new(pre).map_err(|e| incompatible(format!("exports do not match the WIT: {e:#}")))?;
+                let pre = PluginPre::new(pre)
+                    .map_err(|e| incompatible(format!("exports do not match the WIT: {e:#}")))?;
                 if let Ok(mut m) = self.linked.lock() {
                     m.insert(key, pre.clone());
                 }
@@ -256,15 +301,26 @@ impl PluginRuntime {
             tick: self.config.epoch_tick,
             _ticker: self.engine.ticker.clone(),
             pre,
-            ctx: Arc::new(PluginContext { name: label.clone(), reads: BTreeSet::new(), random: false, clock: false, limits }),
+            ctx: Arc::new(PluginContext {
+                name: label.clone(),
+                reads: BTreeSet::new(),
+                random: false,
+                clock: false,
+                limits,
+            }),
             objects: src.objects.clone(),
             observer: self.observer.clone(),
         };
         let start = std::time::Instant::now();
-        let (described, high_water) =
-            with_instance(&boot, "describe", |s, p| p.trainforge_plugin_guest().call_describe(s));
-        let descriptor = described.map(descriptor_from_wit).and_then(|d| self.check_descriptor(&label, d));
-        let observed_name = descriptor.as_ref().map_or(label.as_str(), |d| d.name.as_str());
+        let (described, high_water) = with_instance(&boot, "describe", |s, p| {
+            p.trainforge_plugin_guest().call_describe(s)
+        });
+        let descriptor = described
+            .map(descriptor_from_wit)
+            .and_then(|d| self.check_descriptor(&label, d));
+        let observed_name = descriptor
+            .as_ref()
+            .map_or(label.as_str(), |d| d.name.as_str());
         self.observer.notify(
             observed_name,
             "describe",
@@ -284,7 +340,11 @@ impl PluginRuntime {
         let emits = descriptor
             .emits
             .iter()
-            .filter(|k| src.allowed_emits.as_ref().is_none_or(|allowed| allowed.contains(k)))
+            .filter(|k| {
+                src.allowed_emits
+                    .as_ref()
+                    .is_none_or(|allowed| allowed.contains(k))
+            })
             .cloned()
             .collect();
         Ok((
@@ -315,7 +375,11 @@ impl PluginRuntime {
             });
         }
         if descriptor.name.is_empty() {
-            return Err(Error::invalid_output(label, Phase::Validate, "describe() returned an empty name"));
+            return Err(Error::invalid_output(
+                label,
+                Phase::Validate,
+                "describe() returned an empty name",
+            ));
         }
         for p in &descriptor.phases {
             if Phase::parse(p).is_none() {
@@ -378,7 +442,12 @@ pub struct PluginSet {
 
 /// Apply `p`'s failure policy to `r`: `Ignore` turns an error into a
 /// logged warning (and `None`), `Fail` returns it.
-fn per_policy<T>(p: &LoadedPlugin, phase: Phase, r: Result<T, Error>, warnings: &mut Vec<String>) -> Result<Option<T>, Error> {
+fn per_policy<T>(
+    p: &LoadedPlugin,
+    phase: Phase,
+    r: Result<T, Error>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<T>, Error> {
     match r {
         Ok(v) => Ok(Some(v)),
         Err(e) if p.failure_policy() == FailurePolicy::Ignore => {
@@ -398,17 +467,26 @@ impl PluginSet {
         let mut names = BTreeSet::new();
         for p in &plugins {
             if !names.insert(p.name().to_owned()) {
-                return Err(Error::LoadFailed { plugin: p.name().to_owned(), message: "duplicate plugin name".into() });
+                return Err(Error::LoadFailed {
+                    plugin: p.name().to_owned(),
+                    message: "duplicate plugin name".into(),
+                });
             }
         }
-        let status: Vec<&str> = plugins.iter().filter(|p| p.calls(Phase::Status)).map(LoadedPlugin::name).collect();
+        let status: Vec<&str> = plugins
+            .iter()
+            .filter(|p| p.calls(Phase::Status))
+            .map(LoadedPlugin::name)
+            .collect();
         if status.len() > 1 {
             return Err(Error::LoadFailed {
                 plugin: status.join(","),
                 message: "too many plugins implement the status phase".into(),
             });
         }
-        Ok(PluginSet { plugins: plugins.into() })
+        Ok(PluginSet {
+            plugins: plugins.into(),
+        })
     }
 
     /// The plugins, in order.
@@ -425,13 +503,21 @@ impl PluginSet {
         let _span = tracing::debug_span!("plugin_pipeline", plugins = self.plugins.len()).entered();
         let mut input = PhaseInput {
             trainjob: trainjob.to_string(),
-            info: serde_json::to_string(info).map_err(|e| Error::Host(format!("serialising info: {e}")))?,
+            info: serde_json::to_string(info)
+                .map_err(|e| Error::Host(format!("serialising info: {e}")))?,
         };
         let mut warnings = Vec::new();
         let mut last_info_writer: Option<&str> = None;
-        for phase in [Phase::EnforceMlPolicy, Phase::EnforcePodGroupPolicy, Phase::EnforcePodSpec, Phase::PreBuild] {
+        for phase in [
+            Phase::EnforceMlPolicy,
+            Phase::EnforcePodGroupPolicy,
+            Phase::EnforcePodSpec,
+            Phase::PreBuild,
+        ] {
             for p in self.plugins.iter().filter(|p| p.calls(phase)) {
-                let Some(m) = per_policy(p, phase, p.enforce(phase, &input), &mut warnings)? else { continue };
+                let Some(m) = per_policy(p, phase, p.enforce(phase, &input), &mut warnings)? else {
+                    continue;
+                };
                 if let Some(i) = m.info {
                     input.info = i;
                     last_info_writer = Some(p.name());
@@ -448,20 +534,35 @@ impl PluginSet {
             }
         }
         let info: Info = serde_json::from_str(&input.info).map_err(|e| {
-            Error::invalid_output(last_info_writer.unwrap_or("host"), Phase::PreBuild, format!("info does not match the info model: {e}"))
+            Error::invalid_output(
+                last_info_writer.unwrap_or("host"),
+                Phase::PreBuild,
+                format!("info does not match the info model: {e}"),
+            )
         })?;
         let trainjob = serde_json::from_str(&input.trainjob)
             .map_err(|e| Error::Host(format!("TrainJob JSON: {e}")))?;
-        Ok(ReconcileOutput { trainjob, info, objects, warnings })
+        Ok(ReconcileOutput {
+            trainjob,
+            info,
+            objects,
+            warnings,
+        })
     }
 
     /// Run every `validate`, concatenating warnings and errors (ignored
     /// failures in [`ValidateOutput::ignored`]).
-    pub fn validate(&self, trainjob: &Value, old: Option<&Value>, info: &Info) -> Result<ValidateOutput, Error> {
+    pub fn validate(
+        &self,
+        trainjob: &Value,
+        old: Option<&Value>,
+        info: &Info,
+    ) -> Result<ValidateOutput, Error> {
         let input = ValidateInput {
             trainjob: trainjob.to_string(),
             old_trainjob: old.map(Value::to_string),
-            info: serde_json::to_string(info).map_err(|e| Error::Host(format!("serialising info: {e}")))?,
+            info: serde_json::to_string(info)
+                .map_err(|e| Error::Host(format!("serialising info: {e}")))?,
         };
         self.validate_input(&input)
     }
@@ -470,9 +571,16 @@ impl PluginSet {
     pub fn validate_input(&self, input: &ValidateInput) -> Result<ValidateOutput, Error> {
         let mut out = ValidateOutput::default();
         for p in self.plugins.iter().filter(|p| p.calls(Phase::Validate)) {
-            let Some(v) = per_policy(p, Phase::Validate, p.validate(input), &mut out.ignored)? else { continue };
+            let Some(v) = per_policy(p, Phase::Validate, p.validate(input), &mut out.ignored)?
+            else {
+                continue;
+            };
             out.warnings.extend(v.warnings);
-            out.errors.extend(v.errors.into_iter().map(|error| PluginFieldError { plugin: p.name().to_owned(), error }));
+            out.errors
+                .extend(v.errors.into_iter().map(|error| PluginFieldError {
+                    plugin: p.name().to_owned(),
+                    error,
+                }));
         }
         Ok(out)
     }
@@ -491,7 +599,8 @@ impl PluginSet {
         };
         let input = PhaseInput {
             trainjob: trainjob.to_string(),
-            info: serde_json::to_string(info).map_err(|e| Error::Host(format!("serialising info: {e}")))?,
+            info: serde_json::to_string(info)
+                .map_err(|e| Error::Host(format!("serialising info: {e}")))?,
         };
         let mut warnings = Vec::new();
         let status = per_policy(p, Phase::Status, p.status(&input), &mut warnings)?.flatten();
@@ -515,7 +624,9 @@ mod tests {
     #[test]
     fn corrupt_module_is_load_failed() {
         let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
-        let e = rt.load(PluginSource::new("junk.wasm", b"\0asm garbage".to_vec())).unwrap_err();
+        let e = rt
+            .load(PluginSource::new("junk.wasm", b"\0asm garbage".to_vec()))
+            .unwrap_err();
         assert_eq!(e.reason(), "LoadFailed", "{e}");
         assert!(e.to_string().contains("junk.wasm"));
     }
@@ -538,9 +649,16 @@ mod tests {
 
     #[test]
     fn ignored_warning_names_plugin_phase_and_reason() {
-        let e = Error::Timeout { plugin: "p".into(), phase: "build".into(), limit_ms: 5 };
+        let e = Error::Timeout {
+            plugin: "p".into(),
+            phase: "build".into(),
+            limit_ms: 5,
+        };
         let w = ignored_warning("p", "build", &e);
-        assert!(w.contains("plugin p") && w.contains("build") && w.contains("Timeout"), "{w}");
+        assert!(
+            w.contains("plugin p") && w.contains("build") && w.contains("Timeout"),
+            "{w}"
+        );
     }
 
     #[test]
@@ -550,7 +668,14 @@ mod tests {
         #[derive(Default)]
         struct Count(Mutex<Vec<(String, Option<&'static str>)>>);
         impl CallObserver for Count {
-            fn on_call(&self, plugin: &str, _: &str, _: Duration, failure: Option<&'static str>, _: usize) {
+            fn on_call(
+                &self,
+                plugin: &str,
+                _: &str,
+                _: Duration,
+                failure: Option<&'static str>,
+                _: usize,
+            ) {
                 self.0.lock().unwrap().push((plugin.to_owned(), failure));
             }
         }

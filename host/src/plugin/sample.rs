@@ -29,8 +29,16 @@ pub fn runtime(jobs: usize, policies: &[&str]) -> Value {
     };
     let replicated: Vec<Value> = (0..jobs)
         .map(|j| {
-            let name = if j == 0 { "node".to_owned() } else { format!("aux-{j}") };
-            let ancestor = if j == 0 { "trainer" } else { "dataset-initializer" };
+            let name = if j == 0 {
+                "node".to_owned()
+            } else {
+                format!("aux-{j}")
+            };
+            let ancestor = if j == 0 {
+                "trainer"
+            } else {
+                "dataset-initializer"
+            };
             json!({"name": name, "replicas": 1, "template": {
                 "metadata": {"labels": {ANCESTOR_LABEL: ancestor}},
                 "spec": {"parallelism": 1, "template": {"spec": {

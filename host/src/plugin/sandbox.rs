@@ -68,7 +68,10 @@ impl CallState {
         // Default-deny: no args, env or preopens (builder defaults); stdin
         // closed; stdout discarded; stderr captured (bounded) for trap
         // messages; no sockets at all; no DNS.
-        b.stderr(stderr.clone()).allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+        b.stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
         // WASI random is deterministic: real randomness only via the host
         // import (the standard library still needs *some* bytes for hash seeds).
         b.secure_random(<rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(0));
@@ -78,7 +81,11 @@ impl CallState {
             b.wall_clock(FrozenClock);
             b.monotonic_clock(FrozenClock);
         }
-        let limiter = MemoryLimiter { cap: plugin.limits.memory_bytes, exceeded: false, high_water: 0 };
+        let limiter = MemoryLimiter {
+            cap: plugin.limits.memory_bytes,
+            exceeded: false,
+            high_water: 0,
+        };
         CallState {
             wasi: b.build(),
             table: ResourceTable::new(),
@@ -93,13 +100,18 @@ impl CallState {
 
     /// Captured guest stderr (lossy UTF-8, bounded).
     pub(crate) fn stderr_text(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.contents()).trim().to_owned()
+        String::from_utf8_lossy(&self.stderr.contents())
+            .trim()
+            .to_owned()
     }
 }
 
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -176,7 +188,11 @@ impl wit::Host for CallState {}
 
 impl host::Host for CallState {
     fn log(&mut self, level: wit::LogLevel, message: String) {
-        let room = self.plugin.limits.max_log_bytes.saturating_sub(self.log_bytes);
+        let room = self
+            .plugin
+            .limits
+            .max_log_bytes
+            .saturating_sub(self.log_bytes);
         if room == 0 {
             return;
         }
@@ -206,21 +222,32 @@ impl host::Host for CallState {
         namespace: String,
         name: String,
     ) -> Result<Option<String>, wit::HostError> {
-        let kind = KindRef { api_version: kind.api_version, kind: kind.kind };
+        let kind = KindRef {
+            api_version: kind.api_version,
+            kind: kind.kind,
+        };
         if !self.plugin.reads.contains(&kind) {
             tracing::warn!(plugin = %self.plugin.name, %kind, "get-object denied: kind not declared in reads");
-            return Err(wit::HostError::Denied(format!("{kind} is not declared in reads")));
+            return Err(wit::HostError::Denied(format!(
+                "{kind} is not declared in reads"
+            )));
         }
-        self.objects.get(&kind, &namespace, &name).map_err(wit::HostError::Unavailable)
+        self.objects
+            .get(&kind, &namespace, &name)
+            .map_err(wit::HostError::Unavailable)
     }
 
     fn random_bytes(&mut self, len: u32) -> Result<Vec<u8>, wit::HostError> {
         if !self.plugin.random {
-            return Err(wit::HostError::Denied("capability `random` not declared or not granted".into()));
+            return Err(wit::HostError::Denied(
+                "capability `random` not declared or not granted".into(),
+            ));
         }
         let len = len as usize;
         if len > 4096 || self.random_bytes + len > self.plugin.limits.max_random_bytes {
-            return Err(wit::HostError::Denied("random-bytes budget exceeded".into()));
+            return Err(wit::HostError::Denied(
+                "random-bytes budget exceeded".into(),
+            ));
         }
         self.random_bytes += len;
         let mut buf = vec![0u8; len];

@@ -1,7 +1,13 @@
 //! Shared pieces of the operator end-to-end tests: the operator binary as a
 //! child process (killed with the test process), applying YAML, reading
 //! objects and metrics.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs
+)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -16,7 +22,10 @@ use trainforge_testenv::process::{Proc, spawn};
 
 /// Workspace root.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Print to the real stderr (not captured by libtest), for figures.
@@ -77,7 +86,13 @@ impl Operator {
                 std::thread::park();
             }
         });
-        let op = Operator { tx, metrics, log: logs.join(format!("{name}.log")), args, kubeconfig: env.kubeconfig().to_path_buf() };
+        let op = Operator {
+            tx,
+            metrics,
+            log: logs.join(format!("{name}.log")),
+            args,
+            kubeconfig: env.kubeconfig().to_path_buf(),
+        };
         op.spawn(name, &logs);
         op
     }
@@ -93,8 +108,12 @@ impl Operator {
     }
 
     fn spawn(&self, name: &str, logs: &Path) {
-        let (name, logs, args, kubeconfig) =
-            (name.to_owned(), logs.to_path_buf(), self.args.clone(), self.kubeconfig.clone());
+        let (name, logs, args, kubeconfig) = (
+            name.to_owned(),
+            logs.to_path_buf(),
+            self.args.clone(),
+            self.kubeconfig.clone(),
+        );
         self.run(move |p| {
             let bin = PathBuf::from(env!("CARGO_BIN_EXE_trainforge"));
             let kc = kubeconfig.to_str().unwrap().to_owned();
@@ -139,9 +158,10 @@ impl Operator {
         let client = http();
         for _ in 0..300 {
             if let Ok(r) = client.get(&url).send().await
-                && let Ok(t) = r.text().await {
-                    return t;
-                }
+                && let Ok(t) = r.text().await
+            {
+                return t;
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         panic!("no /metrics at {url}; log:\n{}", self.log_tail(60));
@@ -153,9 +173,10 @@ impl Operator {
         let client = http();
         for _ in 0..600 {
             if let Ok(r) = client.get(&url).send().await
-                && r.status().is_success() {
-                    return;
-                }
+                && r.status().is_success()
+            {
+                return;
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         panic!("operator never ready; log:\n{}", self.log_tail(80));
@@ -166,7 +187,12 @@ impl Operator {
         let url = format!("http://{}/healthz", self.metrics);
         let client = http();
         for _ in 0..600 {
-            if client.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
+            if client
+                .get(&url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -195,7 +221,10 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
             if n != name {
                 return None;
             }
-            labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))).then(|| value.parse::<f64>().ok())?
+            labels
+                .iter()
+                .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+                .then(|| value.parse::<f64>().ok())?
         })
         .sum()
 }
@@ -204,17 +233,31 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 pub async fn apply(client: &kube::Client, object: &Value) -> Value {
     let api = dynamic_api(client, object).await;
     let name = object["metadata"]["name"].as_str().unwrap();
-    let o = api.patch(name, &PatchParams::apply("e2e-test").force(), &Patch::Apply(object)).await;
+    let o = api
+        .patch(
+            name,
+            &PatchParams::apply("e2e-test").force(),
+            &Patch::Apply(object),
+        )
+        .await;
     serde_json::to_value(o.unwrap_or_else(|e| panic!("applying {name}: {e}"))).unwrap()
 }
 
 async fn dynamic_api(client: &kube::Client, object: &Value) -> Api<DynamicObject> {
-    let (group, version) = object["apiVersion"].as_str().unwrap().split_once('/').unwrap_or(("", object["apiVersion"].as_str().unwrap()));
+    let (group, version) = object["apiVersion"]
+        .as_str()
+        .unwrap()
+        .split_once('/')
+        .unwrap_or(("", object["apiVersion"].as_str().unwrap()));
     let gvk = GroupVersionKind::gvk(group, version, object["kind"].as_str().unwrap());
     let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
     match (caps.scope, object["metadata"]["namespace"].as_str()) {
-        (kube::discovery::Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &ar),
-        (kube::discovery::Scope::Namespaced, None) => Api::default_namespaced_with(client.clone(), &ar),
+        (kube::discovery::Scope::Namespaced, Some(ns)) => {
+            Api::namespaced_with(client.clone(), ns, &ar)
+        }
+        (kube::discovery::Scope::Namespaced, None) => {
+            Api::default_namespaced_with(client.clone(), &ar)
+        }
         _ => Api::all_with(client.clone(), &ar),
     }
 }
@@ -237,7 +280,10 @@ pub async fn apply_default_plugins(client: &kube::Client) {
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml") && p.file_name().is_some_and(|n| n != "kustomization.yaml"))
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "yaml")
+                && p.file_name().is_some_and(|n| n != "kustomization.yaml")
+        })
         .collect();
     files.sort();
     assert!(!files.is_empty(), "no plugin configs in {}", dir.display());
@@ -249,17 +295,32 @@ pub async fn apply_default_plugins(client: &kube::Client) {
 }
 
 /// Get an object as JSON (`None` if absent).
-pub async fn get(client: &kube::Client, api_version: &str, kind: &str, ns: Option<&str>, name: &str) -> Option<Value> {
+pub async fn get(
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    ns: Option<&str>,
+    name: &str,
+) -> Option<Value> {
     let mut probe = serde_json::json!({"apiVersion": api_version, "kind": kind, "metadata": {}});
     if let Some(ns) = ns {
         probe["metadata"]["namespace"] = Value::String(ns.into());
     }
     let api = dynamic_api(client, &probe).await;
-    api.get_opt(name).await.unwrap().map(|o| serde_json::to_value(o).unwrap())
+    api.get_opt(name)
+        .await
+        .unwrap()
+        .map(|o| serde_json::to_value(o).unwrap())
 }
 
 /// Delete an object (background propagation; absent is fine).
-pub async fn delete(client: &kube::Client, api_version: &str, kind: &str, ns: Option<&str>, name: &str) {
+pub async fn delete(
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    ns: Option<&str>,
+    name: &str,
+) {
     let mut probe = serde_json::json!({"apiVersion": api_version, "kind": kind, "metadata": {}});
     if let Some(ns) = ns {
         probe["metadata"]["namespace"] = Value::String(ns.into());
@@ -270,12 +331,22 @@ pub async fn delete(client: &kube::Client, api_version: &str, kind: &str, ns: Op
 
 /// The TrainJob as JSON.
 pub async fn trainjob(client: &kube::Client, ns: &str, name: &str) -> Option<Value> {
-    get(client, "trainer.kubeflow.org/v1alpha1", "TrainJob", Some(ns), name).await
+    get(
+        client,
+        "trainer.kubeflow.org/v1alpha1",
+        "TrainJob",
+        Some(ns),
+        name,
+    )
+    .await
 }
 
 /// The condition of `type_`, if any.
 pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
-    obj.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == type_)
+    obj.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
 }
 
 /// Whether the condition is `True`.

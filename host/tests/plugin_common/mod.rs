@@ -11,7 +11,10 @@ use std::sync::OnceLock;
 
 /// The workspace root.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn target_dir() -> PathBuf {
@@ -36,14 +39,21 @@ fn cargo_build(args: &[&str]) {
 }
 
 fn wasm(name: &str) -> PathBuf {
-    target_dir().join("wasm32-wasip2/plugin").join(format!("{name}.wasm"))
+    target_dir()
+        .join("wasm32-wasip2/plugin")
+        .join(format!("{name}.wasm"))
 }
 
 /// The SDK example plugin (`examples/plugin-minimal`) built to Wasm.
 pub fn minimal_wasm() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        cargo_build(&["--manifest-path", root().join("Cargo.toml").to_str().unwrap(), "-p", "plugin-minimal"]);
+        cargo_build(&[
+            "--manifest-path",
+            root().join("Cargo.toml").to_str().unwrap(),
+            "-p",
+            "plugin-minimal",
+        ]);
         wasm("plugin_minimal")
     })
 }

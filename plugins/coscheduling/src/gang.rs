@@ -60,7 +60,9 @@ pub fn should_apply_for(
     ctx: &trainforge_sdk::PhaseContext,
     kind: &trainforge_sdk::KindRef,
 ) -> Result<bool, PluginError> {
-    let existing = ctx.get_object(kind, ctx.trainjob_namespace(), ctx.trainjob_name())?.is_some();
+    let existing = ctx
+        .get_object(kind, ctx.trainjob_namespace(), ctx.trainjob_name())?
+        .is_some();
     let suspended = ctx
         .trainjob()
         .pointer("/spec/suspend")

@@ -140,8 +140,13 @@ pub fn build_jobset(
 /// the previous initializer reaching `Complete` — the chain upstream's own
 /// initializer runtimes spell out (JobSet allows one `dependsOn` item per job).
 fn order_after_initializers(spec: &mut Value) {
-    let in_order = spec.pointer("/startupPolicy/startupPolicyOrder").and_then(Value::as_str) == Some("InOrder");
-    let Some(rjobs) = spec.get_mut("replicatedJobs").and_then(Value::as_array_mut) else { return };
+    let in_order = spec
+        .pointer("/startupPolicy/startupPolicyOrder")
+        .and_then(Value::as_str)
+        == Some("InOrder");
+    let Some(rjobs) = spec.get_mut("replicatedJobs").and_then(Value::as_array_mut) else {
+        return;
+    };
     if in_order || rjobs.iter().any(|j| j.get("dependsOn").is_some()) {
         return;
     }
@@ -159,7 +164,11 @@ fn order_after_initializers(spec: &mut Value) {
         if (is_initializer || ancestor.as_deref() == Some(ANCESTOR_TRAINER))
             && let Some(prev) = &previous_initializer
         {
-            set(rjob, "dependsOn", json!([{"name": prev, "status": "Complete"}]));
+            set(
+                rjob,
+                "dependsOn",
+                json!([{"name": prev, "status": "Complete"}]),
+            );
         }
         if is_initializer {
             previous_initializer = str_at(rjob, "/name").map(str::to_owned);
@@ -235,11 +244,21 @@ fn apply_container(slot: &mut Value, c: &Container) -> Result<(), PluginError> {
     let template_names: Vec<String> = slot
         .get("env")
         .and_then(Value::as_array)
-        .map(|l| l.iter().filter_map(|e| e.get("name").and_then(Value::as_str).map(str::to_owned)).collect())
+        .map(|l| {
+            l.iter()
+                .filter_map(|e| e.get("name").and_then(Value::as_str).map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default();
-    let covers_template = template_names.iter().all(|n| c.env.iter().any(|e| &e.name == n));
+    let covers_template = template_names
+        .iter()
+        .all(|n| c.env.iter().any(|e| &e.name == n));
     if covers_template && !c.env.is_empty() {
-        let env = c.env.iter().map(|e| to_json(e, "env var")).collect::<Result<Vec<_>, _>>()?;
+        let env = c
+            .env
+            .iter()
+            .map(|e| to_json(e, "env var"))
+            .collect::<Result<Vec<_>, _>>()?;
         set(slot, "env", Value::Array(env));
     } else {
         for e in &c.env {

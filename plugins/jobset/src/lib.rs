@@ -7,7 +7,8 @@
 //!   `parallelism`/`completions` of each replicated job := its pod set count.
 //! - **build** ([`builder`]): the JobSet, unless it already exists and
 //!   neither the TrainJob nor the JobSet is suspended ("frozen once
-//!   running": a running JobSet is never re-applied).
+//!   running": a running JobSet is never re-applied). An existing JobSet
+//!   keeps the parts JobSet makes immutable ([`immutable`]).
 //! - **status** ([`status`]): JobSet `Completed`/`Failed` → TrainJob
 //!   `Complete`/`Failed`, `jobsStatus` from `replicatedJobsStatus`.
 //! - **validate** ([`validate`]): initializer jobs/containers/mounts,
@@ -15,6 +16,7 @@
 //!   `spec.trainer` cannot apply because no job has the trainer label.
 
 pub mod builder;
+pub mod immutable;
 mod json;
 pub mod prebuild;
 pub mod status;
@@ -57,7 +59,8 @@ impl Plugin for JobSetPlugin {
 
     fn build(&self, ctx: &PhaseContext) -> Result<Vec<Value>, PluginError> {
         let (name, ns) = (ctx.trainjob_name(), ctx.trainjob_namespace());
-        if let Some(existing) = get_jobset(ctx.host(), ns, name)? {
+        let existing = get_jobset(ctx.host(), ns, name)?;
+        if let Some(existing) = &existing {
             let tj_suspended = ctx
                 .trainjob()
                 .pointer("/spec/suspend")
@@ -71,8 +74,11 @@ impl Plugin for JobSetPlugin {
                 return Ok(Vec::new());
             }
         }
-        let js =
+        let mut js =
             builder::build_jobset(name, ns, ctx.trainjob(), ctx.info(), ctx.owner_reference())?;
+        if let Some(existing) = &existing {
+            immutable::keep_frozen_parts(&mut js, existing);
+        }
         Ok(vec![js])
     }
 

@@ -176,6 +176,39 @@ fn frozen_once_running() {
     assert_eq!(objs[0]["spec"]["suspend"], false);
 }
 
+/// A suspended JobSet created by an earlier render (e.g. before a plugin
+/// upgrade) keeps its jobs; only the scheduling fields JobSet lets change
+/// follow the new render, so the apply is never denied as immutable.
+#[test]
+fn a_rebuild_keeps_what_jobset_froze_at_creation() {
+    let mut host = MockHost::default();
+    let (_, first) = run(
+        trainjob(json!({"suspend": true})),
+        worked_example_info(),
+        &host,
+    );
+    let mut stored = first[0].clone();
+    stored["spec"]["network"] =
+        json!({"enableDNSHostnames": true, "publishNotReadyAddresses": true});
+    host.insert(stored.clone());
+
+    let mut info = worked_example_info();
+    info.template_spec.pod_sets[0].containers[0]
+        .env
+        .push(env("ADDED_BY_V2", "1"));
+    info.scheduler
+        .pod_labels
+        .insert("queue".into(), "gpu".into());
+    let (_, objs) = run(trainjob(json!({"suspend": true})), info, &host);
+    let pod = &objs[0]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"];
+    assert_eq!(
+        pod["spec"]["containers"],
+        stored["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+    );
+    assert_eq!(pod["metadata"]["labels"]["queue"], "gpu");
+    assert_eq!(objs[0]["spec"]["network"], stored["spec"]["network"]);
+}
+
 #[test]
 fn harness_runs_pre_build_build_and_status() {
     let mut h =
@@ -365,8 +398,10 @@ fn trainer_env_reaches_the_mpi_node_job_with_run_launcher_as_node() {
 }
 
 fn chain_runtime(extra: Value) -> Info {
-    let job = |name: &str, ancestor: &str| json!({"name": name, "template": {"metadata": {"labels": {ANCESTOR_LABEL: ancestor}},
-        "spec": {"template": {"spec": {"containers": [{"name": if ancestor == "trainer" { "node" } else { ancestor }, "image": "i"}]}}}}});
+    let job = |name: &str, ancestor: &str| {
+        json!({"name": name, "template": {"metadata": {"labels": {ANCESTOR_LABEL: ancestor}},
+        "spec": {"template": {"spec": {"containers": [{"name": if ancestor == "trainer" { "node" } else { ancestor }, "image": "i"}]}}}}})
+    };
     let mut spec = json!({"replicatedJobs": [
         job("dataset-initializer", "dataset-initializer"),
         job("model-initializer", "model-initializer"),
@@ -375,16 +410,26 @@ fn chain_runtime(extra: Value) -> Info {
     if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
         s.extend(e.clone());
     }
-    Info::from_runtime_template(&json!({"spec": {"template": {"spec": spec}}}), &json!({})).expect("runtime")
+    Info::from_runtime_template(&json!({"spec": {"template": {"spec": spec}}}), &json!({}))
+        .expect("runtime")
 }
 
 fn depends_on(objs: &[Value]) -> Vec<Value> {
-    objs[0]["spec"]["replicatedJobs"].as_array().expect("jobs").iter().map(|j| j["dependsOn"].clone()).collect()
+    objs[0]["spec"]["replicatedJobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["dependsOn"].clone())
+        .collect()
 }
 
 #[test]
 fn trainer_starts_after_initializers_unless_the_runtime_orders_jobs() {
-    let (_, objs) = run(trainjob(json!({})), chain_runtime(json!({})), &MockHost::default());
+    let (_, objs) = run(
+        trainjob(json!({})),
+        chain_runtime(json!({})),
+        &MockHost::default(),
+    );
     assert_eq!(
         depends_on(&objs),
         [
@@ -398,13 +443,22 @@ fn trainer_starts_after_initializers_unless_the_runtime_orders_jobs() {
         chain_runtime(json!({"startupPolicy": {"startupPolicyOrder": "InOrder"}})),
         &MockHost::default(),
     );
-    assert_eq!(depends_on(&objs), [Value::Null, Value::Null, Value::Null], "InOrder excludes dependsOn");
+    assert_eq!(
+        depends_on(&objs),
+        [Value::Null, Value::Null, Value::Null],
+        "InOrder excludes dependsOn"
+    );
     let mut info = chain_runtime(json!({}));
-    info.template_spec.obj["replicatedJobs"][2]["dependsOn"] = json!([{"name": "dataset-initializer", "status": "Ready"}]);
+    info.template_spec.obj["replicatedJobs"][2]["dependsOn"] =
+        json!([{"name": "dataset-initializer", "status": "Ready"}]);
     let (_, objs) = run(trainjob(json!({})), info, &MockHost::default());
     assert_eq!(
         depends_on(&objs),
-        [Value::Null, Value::Null, json!([{"name": "dataset-initializer", "status": "Ready"}])],
+        [
+            Value::Null,
+            Value::Null,
+            json!([{"name": "dataset-initializer", "status": "Ready"}])
+        ],
         "a runtime's own ordering is kept"
     );
 }
@@ -419,14 +473,20 @@ fn pod_set_env_order_is_kept_so_references_expand() {
     ]}}}});
     let mut info = Info::from_runtime_template(&runtime, &json!({})).expect("runtime");
     let node = &mut info.template_spec.pod_sets[0].containers[0];
-    node.env = vec![env("A", "1"), env("PET_NNODES", "2"), env("NODES", "$(PET_NNODES)")];
+    node.env = vec![
+        env("A", "1"),
+        env("PET_NNODES", "2"),
+        env("NODES", "$(PET_NNODES)"),
+    ];
     let (_, objs) = run(trainjob(json!({})), info, &MockHost::default());
-    let names: Vec<&str> = objs[0]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
-        .as_array()
-        .expect("env")
-        .iter()
-        .filter_map(|e| e["name"].as_str())
-        .collect();
+    let names: Vec<&str> =
+        objs[0]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+            [0]["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .filter_map(|e| e["name"].as_str())
+            .collect();
     assert_eq!(names, ["A", "PET_NNODES", "NODES"]);
 }
 

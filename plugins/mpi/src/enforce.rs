@@ -4,8 +4,7 @@ use std::collections::BTreeMap;
 
 use trainforge_sdk::api::trainer::v1alpha1::MPIMLPolicySource;
 use trainforge_sdk::api::trainer::v1alpha1::constants::{
-    CONTAINER_NODE, DEFAULT_SSH_AUTH_MOUNT_PATH, LAUNCHER,
-    MPI_IMPLEMENTATION_OPENMPI, NODE,
+    CONTAINER_NODE, DEFAULT_SSH_AUTH_MOUNT_PATH, LAUNCHER, MPI_IMPLEMENTATION_OPENMPI, NODE,
 };
 use trainforge_sdk::k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, KeyToPath, ResourceRequirements, SecretVolumeSource, Volume, VolumeMount,

@@ -77,7 +77,9 @@ pub fn torch_policy(info: &Info) -> Result<Option<(MLPolicy, TorchMLPolicySource
 /// Resources of the runtime's trainer `node` container
 /// (`ExtractResourcePerNodeFromRuntime`): the first such container's.
 pub fn runtime_node_resources(info: &Info) -> Option<&Value> {
-    info.runtime_node_containers().next().and_then(|c| c.get("resources"))
+    info.runtime_node_containers()
+        .next()
+        .and_then(|c| c.get("resources"))
 }
 
 /// Node sizing: GPUs, CPUs and the resolved `numProcPerNode`.

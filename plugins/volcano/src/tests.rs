@@ -180,7 +180,13 @@ impl Host for NoCluster {
 
 #[test]
 fn unanswerable_priority_class_lookup_is_a_warning() {
-    let ctx = ValidateContext::new(trainjob(false), None, info(&[Some("high")], None), json!({}), &NoCluster);
+    let ctx = ValidateContext::new(
+        trainjob(false),
+        None,
+        info(&[Some("high")], None),
+        json!({}),
+        &NoCluster,
+    );
     let v = Volcano.validate(&ctx).expect("validates");
     assert!(v.errors.is_empty());
     assert_eq!(v.warnings.len(), 1);

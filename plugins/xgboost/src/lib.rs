@@ -77,9 +77,7 @@ impl Plugin for XgBoost {
     }
 
     fn enforce_ml_policy(&self, ctx: &mut PhaseContext) -> Result<(), PluginError> {
-        if ctx.policy(POLICY).is_none()
-            || ctx.pod_set_by_ancestor(ANCESTOR_TRAINER).is_none()
-        {
+        if ctx.policy(POLICY).is_none() || ctx.pod_set_by_ancestor(ANCESTOR_TRAINER).is_none() {
             return Ok(());
         }
         let trainer = trainer(ctx.trainjob())?;
@@ -142,7 +140,9 @@ impl Plugin for XgBoost {
 
 /// Resources of the runtime's trainer `node` container (the first one).
 fn runtime_node_resources(info: &Info) -> Option<&Value> {
-    info.runtime_node_containers().next().and_then(|c| c.get("resources"))
+    info.runtime_node_containers()
+        .next()
+        .and_then(|c| c.get("resources"))
 }
 
 /// The DMLC variables, in upstream order.

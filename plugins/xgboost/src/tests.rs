@@ -1,8 +1,8 @@
 //! Unit tests of XGBoost (spec §3.8).
 
 use super::*;
-use trainforge_sdk::ANCESTOR_LABEL;
 use pretty_assertions::assert_eq;
+use trainforge_sdk::ANCESTOR_LABEL;
 use trainforge_sdk::testing::Harness;
 
 fn info(ml_policy: Value, resources: Value) -> Info {

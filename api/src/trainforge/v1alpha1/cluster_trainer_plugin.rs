@@ -234,7 +234,9 @@ pub struct PluginLimits {
 }
 
 /// The API version and kind of an object type.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct KindReference {
     /// `group/version`, or `v1` for the core group.

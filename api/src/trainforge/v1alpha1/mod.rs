@@ -38,7 +38,10 @@ mod tests {
     #[test]
     fn crd_is_cluster_scoped_structural_and_carries_its_rules() {
         let crd = serde_json::to_value(cluster_trainer_plugin_crd().unwrap()).unwrap();
-        assert_eq!(file_name(&cluster_trainer_plugin_crd().unwrap()), "trainforge.dev_clustertrainerplugins.yaml");
+        assert_eq!(
+            file_name(&cluster_trainer_plugin_crd().unwrap()),
+            "trainforge.dev_clustertrainerplugins.yaml"
+        );
         assert_eq!(crd["spec"]["scope"], "Cluster");
         assert_eq!(crd["spec"]["group"], "trainforge.dev");
         let version = &crd["spec"]["versions"][0];
@@ -48,19 +51,36 @@ mod tests {
         let mut rules = Vec::new();
         walk(root, "", &mut |path, node| {
             let int_or_string = node.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
-            let preserve = node.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
-            assert!(node.get("type").is_some_and(Value::is_string) || int_or_string || preserve, "{path}: no type");
-            assert!(node.get("oneOf").is_none() && node.get("allOf").is_none(), "{path}: oneOf/allOf");
-            assert!(node.get("anyOf").is_none() || int_or_string, "{path}: anyOf");
+            let preserve =
+                node.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+            assert!(
+                node.get("type").is_some_and(Value::is_string) || int_or_string || preserve,
+                "{path}: no type"
+            );
+            assert!(
+                node.get("oneOf").is_none() && node.get("allOf").is_none(),
+                "{path}: oneOf/allOf"
+            );
+            assert!(
+                node.get("anyOf").is_none() || int_or_string,
+                "{path}: anyOf"
+            );
             assert!(node.get("$ref").is_none(), "{path}: $ref");
             if let Some(Value::Array(vs)) = node.get("x-kubernetes-validations") {
                 for v in vs {
-                    rules.push((path.to_owned(), v["rule"].as_str().unwrap_or_default().to_owned()));
+                    rules.push((
+                        path.to_owned(),
+                        v["rule"].as_str().unwrap_or_default().to_owned(),
+                    ));
                 }
             }
         });
         let at = |p: &str, rule: cel::CelRule| {
-            assert!(rules.contains(&(p.to_owned(), rule.rule.to_owned())), "{p}: missing {}; rules: {rules:?}", rule.rule);
+            assert!(
+                rules.contains(&(p.to_owned(), rule.rule.to_owned())),
+                "{p}: missing {}; rules: {rules:?}",
+                rule.rule
+            );
         };
         at(".spec", cel::SHA256_UNLESS_BUILTIN);
         at(".spec.source", cel::ONE_SOURCE);
@@ -69,10 +89,16 @@ mod tests {
         at(".spec.limits.timeout", cel::TIMEOUT_RANGE);
         at(".spec.limits.memory", cel::MEMORY_RANGE);
         // Each rule once in the spec (and again in `status.servingSpec`).
-        assert_eq!(rules.iter().filter(|(p, _)| p.starts_with(".spec")).count(), cel::ALL.len());
+        assert_eq!(
+            rules.iter().filter(|(p, _)| p.starts_with(".spec")).count(),
+            cel::ALL.len()
+        );
         at(".status.servingSpec.source", cel::ONE_SOURCE);
         let spec = &root["properties"]["spec"]["properties"];
-        assert_eq!(spec["failurePolicy"]["enum"], serde_json::json!(["Fail", "Ignore"]));
+        assert_eq!(
+            spec["failurePolicy"]["enum"],
+            serde_json::json!(["Fail", "Ignore"])
+        );
         assert_eq!(spec["failurePolicy"]["default"], "Fail");
         assert_eq!(spec["order"]["default"], 0);
         assert_eq!(spec["phases"]["items"]["enum"][0], "enforce-ml-policy");

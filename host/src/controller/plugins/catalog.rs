@@ -31,11 +31,19 @@ pub(crate) struct Stage {
 
 impl Stage {
     pub(crate) fn ok(reason: &str, message: impl Into<String>) -> Self {
-        Stage { status: "True", reason: reason.to_owned(), message: message.into() }
+        Stage {
+            status: "True",
+            reason: reason.to_owned(),
+            message: message.into(),
+        }
     }
 
     pub(crate) fn failed(reason: &str, message: impl Into<String>) -> Self {
-        Stage { status: "False", reason: reason.to_owned(), message: message.into() }
+        Stage {
+            status: "False",
+            reason: reason.to_owned(),
+            message: message.into(),
+        }
     }
 
     pub(crate) fn not_reached() -> Self {
@@ -61,14 +69,27 @@ pub(crate) struct Attempt {
 impl Attempt {
     /// A failed attempt: the stages in `done` passed, the next one failed
     /// with `reason`, later ones were not reached.
-    pub(crate) fn failed(generation: i64, mut done: Vec<Stage>, reason: &str, message: String) -> Self {
+    pub(crate) fn failed(
+        generation: i64,
+        mut done: Vec<Stage>,
+        reason: &str,
+        message: String,
+    ) -> Self {
         done.push(Stage::failed(reason, message.clone()));
-        Attempt { generation, stages: stages(done), failure: Some((reason.to_owned(), message)) }
+        Attempt {
+            generation,
+            stages: stages(done),
+            failure: Some((reason.to_owned(), message)),
+        }
     }
 
     /// A successful attempt with the three stages in `done`.
     pub(crate) fn succeeded(generation: i64, done: Vec<Stage>) -> Self {
-        Attempt { generation, stages: stages(done), failure: None }
+        Attempt {
+            generation,
+            stages: stages(done),
+            failure: None,
+        }
     }
 }
 
@@ -105,10 +126,17 @@ impl Serving {
         allowed_emits: Option<&[KindRef]>,
     ) -> Self {
         let d = plugin.descriptor();
-        let called: Vec<Phase> =
-            d.known_phases().into_iter().filter(|p| phases.is_none_or(|only| only.contains(p))).collect();
-        let emits: Vec<KindRef> =
-            d.emits.iter().filter(|k| allowed_emits.is_none_or(|a| a.contains(k))).cloned().collect();
+        let called: Vec<Phase> = d
+            .known_phases()
+            .into_iter()
+            .filter(|p| phases.is_none_or(|only| only.contains(p)))
+            .collect();
+        let emits: Vec<KindRef> = d
+            .emits
+            .iter()
+            .filter(|k| allowed_emits.is_none_or(|a| a.contains(k)))
+            .cloned()
+            .collect();
         let kinds = emits.iter().chain(d.reads.iter()).cloned().collect();
         let described = DescribedPlugin {
             name: d.name.clone(),
@@ -118,7 +146,15 @@ impl Serving {
             emits: emits.iter().map(kind_reference).collect(),
             reads: d.reads.iter().map(kind_reference).collect(),
         };
-        Serving { status_phase: called.contains(&Phase::Status), plugin, spec, generation, order, described, kinds }
+        Serving {
+            status_phase: called.contains(&Phase::Status),
+            plugin,
+            spec,
+            generation,
+            order,
+            described,
+            kinds,
+        }
     }
 
     pub(crate) fn digest(&self) -> &str {
@@ -220,7 +256,11 @@ impl PluginCatalog {
 
     /// The digest serving for the `ClusterTrainerPlugin` called `name`.
     pub fn serving_digest(&self, name: &str) -> Option<String> {
-        self.lock().entries.get(name).and_then(|e| e.serving.as_ref()).map(|s| s.digest().to_owned())
+        self.lock()
+            .entries
+            .get(name)
+            .and_then(|e| e.serving.as_ref())
+            .map(|s| s.digest().to_owned())
     }
 
     /// Status writes made so far (a resync that changes nothing makes none).
@@ -245,7 +285,9 @@ impl PluginCatalog {
         // A panic while holding the lock cannot leave the state half-updated
         // in a way later readers care about: every update is a single insert
         // or remove followed by a rebuild.
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The entry of `name` if it belongs to the object with `uid`; an entry
@@ -269,23 +311,50 @@ impl PluginCatalog {
     /// name, second status plugin, anything [`PluginSet::new`] refuses) the
     /// attempt becomes a `Compiled=False` failure and the previous version
     /// keeps serving. Returns the entry as recorded.
-    pub(crate) fn commit(&self, name: &str, uid: &str, attempt: Attempt, candidate: Option<Serving>) -> Entry {
+    pub(crate) fn commit(
+        &self,
+        name: &str,
+        uid: &str,
+        attempt: Attempt,
+        candidate: Option<Serving>,
+    ) -> Entry {
         self.commit_with(name, uid, attempt, candidate, false)
     }
 
     /// Record a failed `attempt` together with `restored`, the last good
     /// version brought back from the CR's status (after a restart); if it
     /// no longer fits the set it is dropped and the attempt stands.
-    pub(crate) fn commit_restored(&self, name: &str, uid: &str, attempt: Attempt, restored: Serving) -> Entry {
+    pub(crate) fn commit_restored(
+        &self,
+        name: &str,
+        uid: &str,
+        attempt: Attempt,
+        restored: Serving,
+    ) -> Entry {
         self.commit_with(name, uid, attempt, Some(restored), true)
     }
 
-    fn commit_with(&self, name: &str, uid: &str, mut attempt: Attempt, candidate: Option<Serving>, restored: bool) -> Entry {
+    fn commit_with(
+        &self,
+        name: &str,
+        uid: &str,
+        mut attempt: Attempt,
+        candidate: Option<Serving>,
+        restored: bool,
+    ) -> Entry {
         let mut state = self.lock();
         if state.deleted.contains(uid) {
-            return Entry { uid: uid.to_owned(), attempt: Some(attempt), serving: None };
+            return Entry {
+                uid: uid.to_owned(),
+                attempt: Some(attempt),
+                serving: None,
+            };
         }
-        let previous = state.entries.get(name).filter(|e| e.uid == uid).and_then(|e| e.serving.clone());
+        let previous = state
+            .entries
+            .get(name)
+            .filter(|e| e.uid == uid)
+            .and_then(|e| e.serving.clone());
         let mut serving = previous;
         if let Some(c) = candidate {
             match clash(&state, name, &c) {
@@ -300,9 +369,17 @@ impl PluginCatalog {
             }
         }
         let key = |s: &Serving| (s.digest().to_owned(), s.generation, s.order);
-        let old = state.entries.get(name).and_then(|e| e.serving.as_ref()).map(key);
+        let old = state
+            .entries
+            .get(name)
+            .and_then(|e| e.serving.as_ref())
+            .map(key);
         let swapped = old != serving.as_ref().map(key);
-        let entry = Entry { uid: uid.to_owned(), attempt: Some(attempt), serving };
+        let entry = Entry {
+            uid: uid.to_owned(),
+            attempt: Some(attempt),
+            serving,
+        };
         state.entries.insert(name.to_owned(), entry.clone());
         if swapped {
             self.publish(&mut state);
@@ -321,7 +398,10 @@ impl PluginCatalog {
                 initial.remove(uid);
             }
         }
-        if state.entries.get(name).is_some_and(|e| uid.is_none_or(|u| u == e.uid))
+        if state
+            .entries
+            .get(name)
+            .is_some_and(|e| uid.is_none_or(|u| u == e.uid))
             && let Some(e) = state.entries.remove(name)
         {
             state.deleted.insert(e.uid.clone());
@@ -338,7 +418,13 @@ impl PluginCatalog {
     /// Forget every CR whose name is not in `present` (deleted while we
     /// were not looking).
     pub(crate) fn retain(&self, present: &BTreeSet<String>) {
-        let gone: Vec<String> = self.lock().entries.keys().filter(|n| !present.contains(*n)).cloned().collect();
+        let gone: Vec<String> = self
+            .lock()
+            .entries
+            .keys()
+            .filter(|n| !present.contains(*n))
+            .cloned()
+            .collect();
         for name in gone {
             self.remove(&name, None);
         }
@@ -357,25 +443,42 @@ impl PluginCatalog {
     }
 
     fn update_synced(&self, state: &mut State) {
-        let Some(initial) = &state.initial else { return };
+        let Some(initial) = &state.initial else {
+            return;
+        };
         let attempted: BTreeSet<&str> = state
             .entries
             .values()
             .filter(|e| e.attempt.is_some())
             .map(|e| e.uid.as_str())
             .collect();
-        if initial.iter().all(|u| attempted.contains(u.as_str())) && !self.synced.swap(true, Ordering::AcqRel) {
-            tracing::info!(plugins = self.set.load().plugins().len(), "plugin catalog synced");
+        if initial.iter().all(|u| attempted.contains(u.as_str()))
+            && !self.synced.swap(true, Ordering::AcqRel)
+        {
+            tracing::info!(
+                plugins = self.set.load().plugins().len(),
+                "plugin catalog synced"
+            );
         }
     }
 
     /// Build the set from every serving entry and swap it in.
     fn publish(&self, state: &mut State) {
-        match build(state.entries.iter().filter_map(|(n, e)| e.serving.as_ref().map(|s| (n.as_str(), s)))) {
+        match build(
+            state
+                .entries
+                .iter()
+                .filter_map(|(n, e)| e.serving.as_ref().map(|s| (n.as_str(), s))),
+        ) {
             Ok(set) => {
                 let names: Vec<&str> = set.plugins().iter().map(LoadedPlugin::name).collect();
                 tracing::info!(plugins = ?names, "plugin set swapped");
-                state.kinds = state.entries.values().filter_map(|e| e.serving.as_ref()).flat_map(|s| s.kinds.iter().cloned()).collect();
+                state.kinds = state
+                    .entries
+                    .values()
+                    .filter_map(|e| e.serving.as_ref())
+                    .flat_map(|s| s.kinds.iter().cloned())
+                    .collect();
                 self.set.store(Arc::new(set));
                 self.generation.send_modify(|g| *g += 1);
             }
@@ -388,7 +491,9 @@ impl PluginCatalog {
 }
 
 /// Sort serving plugins by `(order, CR name)` into a set.
-fn build<'a>(serving: impl Iterator<Item = (&'a str, &'a Serving)>) -> Result<PluginSet, (String, String)> {
+fn build<'a>(
+    serving: impl Iterator<Item = (&'a str, &'a Serving)>,
+) -> Result<PluginSet, (String, String)> {
     let mut sorted: Vec<(&str, &Serving)> = serving.collect();
     sorted.sort_by(|a, b| (a.1.order, a.0).cmp(&(b.1.order, b.0)));
     PluginSet::new(sorted.into_iter().map(|(_, s)| s.plugin.clone()).collect())
@@ -398,12 +503,19 @@ fn build<'a>(serving: impl Iterator<Item = (&'a str, &'a Serving)>) -> Result<Pl
 /// Whether `candidate` (for CR `name`) fits with every other serving plugin;
 /// the `(reason, message)` of the clash if not.
 fn clash(state: &State, name: &str, candidate: &Serving) -> Result<(), (String, String)> {
-    let others = state.entries.iter().filter(|(n, _)| n.as_str() != name).filter_map(|(n, e)| e.serving.as_ref().map(|s| (n.as_str(), s)));
+    let others = state
+        .entries
+        .iter()
+        .filter(|(n, _)| n.as_str() != name)
+        .filter_map(|(n, e)| e.serving.as_ref().map(|s| (n.as_str(), s)));
     for (other, s) in others.clone() {
         if s.plugin.name() == candidate.plugin.name() {
             return Err((
                 reason::DUPLICATE_NAME.to_owned(),
-                format!("plugin name {:?} is already served by ClusterTrainerPlugin {other}", s.plugin.name()),
+                format!(
+                    "plugin name {:?} is already served by ClusterTrainerPlugin {other}",
+                    s.plugin.name()
+                ),
             ));
         }
         if s.status_phase && candidate.status_phase {
@@ -429,7 +541,10 @@ mod tests {
     use crate::plugin::{NoObjects, RuntimeConfig};
 
     fn catalog() -> PluginCatalog {
-        PluginCatalog::new(Arc::new(PluginRuntime::new(RuntimeConfig::default()).unwrap()), Arc::new(NoObjects))
+        PluginCatalog::new(
+            Arc::new(PluginRuntime::new(RuntimeConfig::default()).unwrap()),
+            Arc::new(NoObjects),
+        )
     }
 
     /// A builtin loaded as CR generation 1 with `order`; `None` when the
@@ -437,22 +552,43 @@ mod tests {
     fn serving(c: &PluginCatalog, builtin: &str, order: i32) -> Option<Serving> {
         let b = find_builtin(builtin)?;
         let p = c.runtime().load(b.source()).unwrap();
-        Some(Serving::new(p, ClusterTrainerPluginSpec::default(), 1, order, None, None))
+        Some(Serving::new(
+            p,
+            ClusterTrainerPluginSpec::default(),
+            1,
+            order,
+            None,
+            None,
+        ))
     }
 
     fn ok() -> Attempt {
-        Attempt::succeeded(1, vec![Stage::ok("Fetched", ""), Stage::ok("Verified", ""), Stage::ok("Compiled", "")])
+        Attempt::succeeded(
+            1,
+            vec![
+                Stage::ok("Fetched", ""),
+                Stage::ok("Verified", ""),
+                Stage::ok("Compiled", ""),
+            ],
+        )
     }
 
     fn names(c: &PluginCatalog) -> Vec<String> {
-        c.current().plugins().iter().map(|p| p.name().to_owned()).collect()
+        c.current()
+            .plugins()
+            .iter()
+            .map(|p| p.name().to_owned())
+            .collect()
     }
 
     #[test]
     fn swaps_sort_by_order_then_name_and_refuse_clashes() {
         let c = catalog();
-        let (Some(jax), Some(plainml), Some(twin)) = (serving(&c, "jax", 5), serving(&c, "plainml", 5), serving(&c, "plainml", 0))
-        else {
+        let (Some(jax), Some(plainml), Some(twin)) = (
+            serving(&c, "jax", 5),
+            serving(&c, "plainml", 5),
+            serving(&c, "plainml", 0),
+        ) else {
             return;
         };
         let rx = c.subscribe();
@@ -466,7 +602,17 @@ mod tests {
         assert_eq!(*rx.borrow(), 2);
         let declared = |c: &PluginCatalog| -> BTreeSet<KindRef> {
             let set = c.current();
-            set.plugins().iter().flat_map(|p| p.descriptor().emits.iter().chain(&p.descriptor().reads).cloned().collect::<Vec<_>>()).collect()
+            set.plugins()
+                .iter()
+                .flat_map(|p| {
+                    p.descriptor()
+                        .emits
+                        .iter()
+                        .chain(&p.descriptor().reads)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                })
+                .collect()
         };
         assert_eq!(c.kinds(), declared(&c));
 

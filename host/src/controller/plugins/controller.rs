@@ -12,7 +12,9 @@ use kube::runtime::controller::{Action, Controller, Error as ControllerError};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use trainforge_api::trainforge::v1alpha1::{ClusterTrainerPlugin, ClusterTrainerPluginSpec, reason};
+use trainforge_api::trainforge::v1alpha1::{
+    ClusterTrainerPlugin, ClusterTrainerPluginSpec, reason,
+};
 
 use super::catalog::{Attempt, PluginCatalog, Serving, Stage};
 use super::fetch::{FetchError, Fetcher};
@@ -43,7 +45,11 @@ struct Ctx {
 }
 
 /// Run the controller until `shutdown` is cancelled.
-pub async fn run(client: kube::Client, catalog: Arc<PluginCatalog>, shutdown: CancellationToken) -> Result<(), Error> {
+pub async fn run(
+    client: kube::Client,
+    catalog: Arc<PluginCatalog>,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     run_with(client, catalog, shutdown, Options::default()).await
 }
 
@@ -87,7 +93,11 @@ pub async fn run_with(
             .applied_objects()
     };
 
-    let ctx = Arc::new(Ctx { api, catalog: catalog.clone(), fetcher });
+    let ctx = Arc::new(Ctx {
+        api,
+        catalog: catalog.clone(),
+        fetcher,
+    });
     let stop = shutdown.clone();
     let mut results = Controller::for_stream(events, store)
         .graceful_shutdown_on(async move { stop.cancelled_owned().await })
@@ -103,7 +113,9 @@ pub async fn run_with(
             Err(ControllerError::ReconcilerFailed(e, obj)) => {
                 tracing::warn!(plugin = %obj.name, error = %e, "reconcile failed");
             }
-            Err(ControllerError::QueueError(e)) => tracing::warn!(error = %e, "watch error (retried with backoff)"),
+            Err(ControllerError::QueueError(e)) => {
+                tracing::warn!(error = %e, "watch error (retried with backoff)")
+            }
             Err(e) => tracing::warn!(error = %e, "controller error"),
         }
     }
@@ -118,7 +130,9 @@ async fn reconcile(obj: Arc<ClusterTrainerPlugin>, ctx: Arc<Ctx>) -> Result<Acti
     let name = obj.metadata.name.clone().unwrap_or_default();
     let generation = obj.metadata.generation.unwrap_or(0);
     let span = tracing::info_span!("reconcile_plugin", plugin = %name, generation);
-    reconcile_inner(obj, ctx, name, generation).instrument(span).await
+    reconcile_inner(obj, ctx, name, generation)
+        .instrument(span)
+        .await
 }
 
 async fn reconcile_inner(
@@ -131,20 +145,33 @@ async fn reconcile_inner(
     let catalog = &ctx.catalog;
     let entry = match catalog.entry(&name, &uid) {
         // Already serving this generation: nothing to load.
-        Some(e) if e.attempt.as_ref().is_some_and(|a| a.generation == generation && a.failure.is_none()) => e,
+        Some(e)
+            if e.attempt
+                .as_ref()
+                .is_some_and(|a| a.generation == generation && a.failure.is_none()) =>
+        {
+            e
+        }
         previous => {
             let (attempt, candidate) = attempt(&name, &obj.spec, &ctx, generation, None).await;
             match (&attempt.failure, candidate) {
                 (None, candidate) => catalog.commit(&name, &uid, attempt, candidate),
                 (Some((r, m)), _) => {
-                    let again = previous.as_ref().and_then(|e| e.attempt.as_ref()).is_some_and(|a| a.failure == attempt.failure);
+                    let again = previous
+                        .as_ref()
+                        .and_then(|e| e.attempt.as_ref())
+                        .is_some_and(|a| a.failure == attempt.failure);
                     if again {
                         tracing::debug!(reason = %r, "retried plugin version refused again");
                     } else {
                         tracing::warn!(reason = %r, message = %m, "plugin version refused; the previous version (if any) keeps serving");
                     }
                     let serving = previous.as_ref().is_some_and(|e| e.serving.is_some());
-                    let restored = if serving { None } else { restore(&name, &obj, &ctx).await };
+                    let restored = if serving {
+                        None
+                    } else {
+                        restore(&name, &obj, &ctx).await
+                    };
                     match restored {
                         Some(last_good) => catalog.commit_restored(&name, &uid, attempt, last_good),
                         None => catalog.commit(&name, &uid, attempt, None),
@@ -158,7 +185,11 @@ async fn reconcile_inner(
         catalog.count_status_write();
     }
     let failed = entry.attempt.as_ref().is_some_and(|a| a.failure.is_some());
-    Ok(if failed { Action::requeue(RETRY_FAILED) } else { Action::await_change() })
+    Ok(if failed {
+        Action::requeue(RETRY_FAILED)
+    } else {
+        Action::await_change()
+    })
 }
 
 /// The last good version recorded in `obj`'s status (`servingSpec`,
@@ -166,8 +197,11 @@ async fn reconcile_inner(
 /// current spec fails keeps serving what it served before.
 async fn restore(name: &str, obj: &ClusterTrainerPlugin, ctx: &Ctx) -> Option<Serving> {
     let status = obj.status.as_ref()?;
-    let (spec, digest, generation) =
-        (status.serving_spec.as_ref()?, status.serving_digest.as_deref()?, status.serving_generation?);
+    let (spec, digest, generation) = (
+        status.serving_spec.as_ref()?,
+        status.serving_digest.as_deref()?,
+        status.serving_generation?,
+    );
     let (attempt, serving) = attempt(name, spec, ctx, generation, Some(digest)).await;
     match (&attempt.failure, serving) {
         (None, Some(s)) => {
@@ -200,42 +234,88 @@ async fn attempt(
     };
     catalog.count_load();
     let digest = sha256_hex(&fetched.bytes);
-    done.push(Stage::ok(reason::FETCHED, format!("{} bytes from {}", fetched.bytes.len(), fetched.origin)));
+    done.push(Stage::ok(
+        reason::FETCHED,
+        format!("{} bytes from {}", fetched.bytes.len(), fetched.origin),
+    ));
 
-    let pinned = pin.or(spec.sha256.as_deref()).map(|s| s.trim().to_ascii_lowercase());
+    let pinned = pin
+        .or(spec.sha256.as_deref())
+        .map(|s| s.trim().to_ascii_lowercase());
     match &pinned {
         Some(want) if *want != digest => {
-            let m = format!("expected sha256 {want}, got {digest} from {}", fetched.origin);
-            return (Attempt::failed(generation, done, reason::DIGEST_MISMATCH, m), None);
+            let m = format!(
+                "expected sha256 {want}, got {digest} from {}",
+                fetched.origin
+            );
+            return (
+                Attempt::failed(generation, done, reason::DIGEST_MISMATCH, m),
+                None,
+            );
         }
-        Some(_) => done.push(Stage::ok(reason::DIGEST_MATCHED, format!("sha256 {digest}"))),
-        None if fetched.builtin => done.push(Stage::ok(reason::BUILTIN, format!("builtin, sha256 {digest}"))),
+        Some(_) => done.push(Stage::ok(
+            reason::DIGEST_MATCHED,
+            format!("sha256 {digest}"),
+        )),
+        None if fetched.builtin => done.push(Stage::ok(
+            reason::BUILTIN,
+            format!("builtin, sha256 {digest}"),
+        )),
         None => {
             // The CRD requires sha256 for anything not builtin.
             let m = "spec.sha256 is required for a component that is not builtin".to_owned();
-            return (Attempt::failed(generation, done, reason::DIGEST_MISMATCH, m), None);
+            return (
+                Attempt::failed(generation, done, reason::DIGEST_MISMATCH, m),
+                None,
+            );
         }
     }
 
     let opts = match options(spec, &catalog.runtime().config().limits) {
         Ok(o) => o,
-        Err(e) => return (Attempt::failed(generation, done, reason::INVALID_SPEC, e.to_string()), None),
+        Err(e) => {
+            return (
+                Attempt::failed(generation, done, reason::INVALID_SPEC, e.to_string()),
+                None,
+            );
+        }
     };
-    let src = plugin_source(name.to_owned(), fetched.bytes.clone(), Some(digest.clone()), &opts, catalog.objects().clone());
+    let src = plugin_source(
+        name.to_owned(),
+        fetched.bytes.clone(),
+        Some(digest.clone()),
+        &opts,
+        catalog.objects().clone(),
+    );
     let runtime = catalog.runtime().clone();
     let loaded = tokio::task::spawn_blocking(move || runtime.load(src)).await;
     let plugin = match loaded {
         Ok(Ok(p)) => p,
-        Ok(Err(e)) => return (Attempt::failed(generation, done, e.reason(), e.to_string()), None),
+        Ok(Err(e)) => {
+            return (
+                Attempt::failed(generation, done, e.reason(), e.to_string()),
+                None,
+            );
+        }
         Err(join) => {
             let m = format!("loading task failed: {join}");
             return (Attempt::failed(generation, done, "LoadFailed", m), None);
         }
     };
-    let serving = Serving::new(plugin, spec.clone(), generation, opts.order, opts.phases.as_deref(), opts.allowed_emits.as_deref());
+    let serving = Serving::new(
+        plugin,
+        spec.clone(),
+        generation,
+        opts.order,
+        opts.phases.as_deref(),
+        opts.allowed_emits.as_deref(),
+    );
     done.push(Stage::ok(
         reason::COMPILED,
-        format!("plugin {} {} (WIT {})", serving.described.name, serving.described.version, serving.described.wit_version),
+        format!(
+            "plugin {} {} (WIT {})",
+            serving.described.name, serving.described.version, serving.described.wit_version
+        ),
     ));
     (Attempt::succeeded(generation, done), Some(serving))
 }

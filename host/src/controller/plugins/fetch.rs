@@ -113,7 +113,11 @@ impl Fetcher {
             .redirect(reqwest::redirect::Policy::limited(5))
             .build()
             .map_err(|e| super::Error::HttpClient(e.to_string()))?;
-        Ok(Fetcher { client, http, max_bytes })
+        Ok(Fetcher {
+            client,
+            http,
+            max_bytes,
+        })
     }
 
     /// Fetch the component named by `source`.
@@ -121,9 +125,17 @@ impl Fetcher {
         if let Some(name) = &source.builtin {
             let b = find_builtin(name).ok_or_else(|| FetchError::UnknownBuiltin {
                 name: name.clone(),
-                available: builtin::all().iter().map(|b| b.crate_name).collect::<Vec<_>>().join(", "),
+                available: builtin::all()
+                    .iter()
+                    .map(|b| b.crate_name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
             })?;
-            return Ok(Fetched { bytes: Arc::from(b.wasm), origin: format!("builtin {}", b.crate_name), builtin: true });
+            return Ok(Fetched {
+                bytes: Arc::from(b.wasm),
+                origin: format!("builtin {}", b.crate_name),
+                builtin: true,
+            });
         }
         if let Some(cm) = &source.config_map {
             return self.config_map(cm).await;
@@ -135,13 +147,18 @@ impl Fetcher {
             if url.starts_with("https://") {
                 return self.https(url).await;
             }
-            return Err(FetchError::Failed(format!("unsupported URL scheme in {url:?} (https:// or file:// only)")));
+            return Err(FetchError::Failed(format!(
+                "unsupported URL scheme in {url:?} (https:// or file:// only)"
+            )));
         }
         Err(FetchError::NoSource)
     }
 
     fn too_large(&self, what: String) -> FetchError {
-        FetchError::TooLarge { what, limit: self.max_bytes }
+        FetchError::TooLarge {
+            what,
+            limit: self.max_bytes,
+        }
     }
 
     async fn config_map(&self, src: &ConfigMapSource) -> Result<Fetched, FetchError> {
@@ -155,11 +172,17 @@ impl Fetcher {
         let bytes = cm
             .binary_data
             .and_then(|mut d| d.remove(&src.key))
-            .ok_or_else(|| FetchError::NotFound(format!("{what} has no binaryData key {:?}", src.key)))?;
+            .ok_or_else(|| {
+                FetchError::NotFound(format!("{what} has no binaryData key {:?}", src.key))
+            })?;
         if bytes.0.len() > self.max_bytes {
             return Err(self.too_large(format!("{what} key {:?}", src.key)));
         }
-        Ok(Fetched { bytes: Arc::from(bytes.0), origin: format!("{what} key {}", src.key), builtin: false })
+        Ok(Fetched {
+            bytes: Arc::from(bytes.0),
+            origin: format!("{what} key {}", src.key),
+            builtin: false,
+        })
     }
 
     async fn file(&self, path: &str) -> Result<Fetched, FetchError> {
@@ -176,7 +199,11 @@ impl Fetcher {
         if bytes.len() > self.max_bytes {
             return Err(self.too_large(what));
         }
-        Ok(Fetched { bytes: Arc::from(bytes), origin: what, builtin: false })
+        Ok(Fetched {
+            bytes: Arc::from(bytes),
+            origin: what,
+            builtin: false,
+        })
     }
 
     async fn https(&self, url: &str) -> Result<Fetched, FetchError> {
@@ -189,7 +216,10 @@ impl Fetcher {
         if !status.is_success() {
             return Err(FetchError::Failed(format!("GET {url}: {status}")));
         }
-        if resp.content_length().is_some_and(|n| usize::try_from(n).map_or(true, |n| n > self.max_bytes)) {
+        if resp
+            .content_length()
+            .is_some_and(|n| usize::try_from(n).map_or(true, |n| n > self.max_bytes))
+        {
             return Err(self.too_large(url.to_owned()));
         }
         let mut body = Vec::new();
@@ -199,6 +229,10 @@ impl Fetcher {
             }
             body.extend_from_slice(&chunk);
         }
-        Ok(Fetched { bytes: Arc::from(body), origin: url.to_owned(), builtin: false })
+        Ok(Fetched {
+            bytes: Arc::from(body),
+            origin: url.to_owned(),
+            builtin: false,
+        })
     }
 }

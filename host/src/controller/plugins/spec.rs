@@ -13,10 +13,13 @@ use trainforge_api::trainforge::v1alpha1::{
     ClusterTrainerPluginSpec, FailurePolicy, KindReference, PluginPhase,
 };
 
-use crate::plugin::{FailurePolicy as RuntimeFailurePolicy, Grants, Limits, ObjectSource, PluginSource};
+use crate::plugin::{
+    FailurePolicy as RuntimeFailurePolicy, Grants, Limits, ObjectSource, PluginSource,
+};
 
 /// Shortest and longest call deadline accepted (the CRD enforces the same).
-pub const TIMEOUT_RANGE: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(30));
+pub const TIMEOUT_RANGE: (Duration, Duration) =
+    (Duration::from_millis(10), Duration::from_secs(30));
 
 /// Largest memory cap accepted (the CRD enforces the same).
 pub const MAX_MEMORY_BYTES: usize = 1 << 30;
@@ -25,10 +28,14 @@ pub const MAX_MEMORY_BYTES: usize = 1 << 30;
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     /// `limits.timeout` is not a duration in range.
-    #[error("limits.timeout {0:?}: expected milliseconds (10 to 30000) or a duration such as 500ms or 2s (10ms to 30s)")]
+    #[error(
+        "limits.timeout {0:?}: expected milliseconds (10 to 30000) or a duration such as 500ms or 2s (10ms to 30s)"
+    )]
     Timeout(String),
     /// `limits.memory` is not a size in range.
-    #[error("limits.memory {0:?}: expected MiB (1 to 1024) or a quantity such as 128Mi (at most 1Gi)")]
+    #[error(
+        "limits.memory {0:?}: expected MiB (1 to 1024) or a quantity such as 128Mi (at most 1Gi)"
+    )]
     Memory(String),
     /// `config` could not be serialised.
     #[error("config: {0}")]
@@ -61,7 +68,10 @@ pub fn kind_ref(k: &KindReference) -> KindRef {
 
 /// A runtime [`KindRef`] as the CRD's kind reference.
 pub fn kind_reference(k: &KindRef) -> KindReference {
-    KindReference { api_version: k.api_version.clone(), kind: k.kind.clone() }
+    KindReference {
+        api_version: k.api_version.clone(),
+        kind: k.kind.clone(),
+    }
 }
 
 /// The runtime's phase for a CRD phase.
@@ -100,8 +110,12 @@ pub fn parse_timeout(v: &IntOrString) -> Result<Duration, SpecError> {
 /// Parse `limits.memory`: an integer is MiB, a string a quantity (`128Mi`).
 pub fn parse_memory(v: &IntOrString) -> Result<usize, SpecError> {
     let bytes = match v {
-        IntOrString::Int(mib) => usize::try_from(*mib).ok().and_then(|m| m.checked_mul(1 << 20)),
-        IntOrString::String(s) => ParsedQuantity::try_from(s.as_str()).ok().and_then(|q| q.to_bytes_usize()),
+        IntOrString::Int(mib) => usize::try_from(*mib)
+            .ok()
+            .and_then(|m| m.checked_mul(1 << 20)),
+        IntOrString::String(s) => ParsedQuantity::try_from(s.as_str())
+            .ok()
+            .and_then(|q| q.to_bytes_usize()),
     };
     let text = || match v {
         IntOrString::Int(i) => i.to_string(),
@@ -115,7 +129,10 @@ pub fn parse_memory(v: &IntOrString) -> Result<usize, SpecError> {
 
 /// Read the run options from a spec; `defaults` are the runtime's limits
 /// (fields the spec leaves out keep them).
-pub fn options(spec: &ClusterTrainerPluginSpec, defaults: &Limits) -> Result<PluginOptions, SpecError> {
+pub fn options(
+    spec: &ClusterTrainerPluginSpec,
+    defaults: &Limits,
+) -> Result<PluginOptions, SpecError> {
     let limits = match &spec.limits {
         None => None,
         Some(l) => {
@@ -129,10 +146,13 @@ pub fn options(spec: &ClusterTrainerPluginSpec, defaults: &Limits) -> Result<Plu
             Some(out)
         }
     };
-    let grants = spec.grants.as_ref().map_or_else(Grants::default, |g| Grants {
-        random: g.random.unwrap_or(false),
-        clock: g.clock.unwrap_or(false),
-    });
+    let grants = spec
+        .grants
+        .as_ref()
+        .map_or_else(Grants::default, |g| Grants {
+            random: g.random.unwrap_or(false),
+            clock: g.clock.unwrap_or(false),
+        });
     let config = match &spec.config {
         None => "{}".to_owned(),
         Some(c) => serde_json::to_string(c)?,
@@ -143,8 +163,14 @@ pub fn options(spec: &ClusterTrainerPluginSpec, defaults: &Limits) -> Result<Plu
         grants,
         limits,
         failure_policy: spec.failure_policy.unwrap_or_default(),
-        phases: spec.phases.as_ref().map(|ps| ps.iter().copied().map(phase).collect()),
-        allowed_emits: spec.allowed_kinds.as_ref().map(|ks| ks.iter().map(kind_ref).collect()),
+        phases: spec
+            .phases
+            .as_ref()
+            .map(|ps| ps.iter().copied().map(phase).collect()),
+        allowed_emits: spec
+            .allowed_kinds
+            .as_ref()
+            .map(|ks| ks.iter().map(kind_ref).collect()),
     })
 }
 
@@ -180,8 +206,15 @@ mod tests {
 
     #[test]
     fn timeouts() {
-        let ms = |s: &str| parse_timeout(&IntOrString::String(s.into())).map(|d| d.as_millis()).ok();
-        assert_eq!(parse_timeout(&IntOrString::Int(250)).unwrap(), Duration::from_millis(250));
+        let ms = |s: &str| {
+            parse_timeout(&IntOrString::String(s.into()))
+                .map(|d| d.as_millis())
+                .ok()
+        };
+        assert_eq!(
+            parse_timeout(&IntOrString::Int(250)).unwrap(),
+            Duration::from_millis(250)
+        );
         assert_eq!(ms("500ms"), Some(500));
         assert_eq!(ms("2s"), Some(2000));
         assert_eq!(ms("1.5s"), Some(1500));
@@ -195,8 +228,14 @@ mod tests {
     #[test]
     fn memory() {
         assert_eq!(parse_memory(&IntOrString::Int(128)).unwrap(), 128 << 20);
-        assert_eq!(parse_memory(&IntOrString::String("256Mi".into())).unwrap(), 256 << 20);
-        assert_eq!(parse_memory(&IntOrString::String("1Gi".into())).unwrap(), 1 << 30);
+        assert_eq!(
+            parse_memory(&IntOrString::String("256Mi".into())).unwrap(),
+            256 << 20
+        );
+        assert_eq!(
+            parse_memory(&IntOrString::String("1Gi".into())).unwrap(),
+            1 << 30
+        );
         assert!(parse_memory(&IntOrString::String("2Gi".into())).is_err());
         assert!(parse_memory(&IntOrString::Int(0)).is_err());
         assert!(parse_memory(&IntOrString::String("lots".into())).is_err());
@@ -221,21 +260,42 @@ mod tests {
         assert_eq!(o.failure_policy, FailurePolicy::Ignore);
         assert_eq!(o.phases, Some(vec![Phase::Build, Phase::EnforceMlPolicy]));
         assert_eq!(o.allowed_emits, Some(vec![KindRef::new("v1", "Secret")]));
-        assert_eq!(o.grants, Grants { random: true, clock: false });
+        assert_eq!(
+            o.grants,
+            Grants {
+                random: true,
+                clock: false
+            }
+        );
         let limits = o.limits.unwrap();
         assert_eq!(limits.timeout, Duration::from_secs(2));
         assert_eq!(limits.memory_bytes, 128 << 20);
         assert_eq!(limits.max_output_bytes, defaults.max_output_bytes);
-        assert_eq!(serde_json::from_str::<serde_json::Value>(&o.config).unwrap()["greeting"], "servus");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&o.config).unwrap()["greeting"],
+            "servus"
+        );
 
-        let bare = ClusterTrainerPluginSpec { grants: Some(PluginGrants::default()), ..Default::default() };
-        let o = options(&bare, &defaults).unwrap();
-        assert_eq!((o.order, o.config.as_str(), o.limits, o.failure_policy), (0, "{}", None, FailurePolicy::Fail));
-
-        let bad = ClusterTrainerPluginSpec {
-            limits: Some(PluginLimits { timeout: Some(IntOrString::String("forever".into())), memory: None }),
+        let bare = ClusterTrainerPluginSpec {
+            grants: Some(PluginGrants::default()),
             ..Default::default()
         };
-        assert!(matches!(options(&bad, &defaults), Err(SpecError::Timeout(_))));
+        let o = options(&bare, &defaults).unwrap();
+        assert_eq!(
+            (o.order, o.config.as_str(), o.limits, o.failure_policy),
+            (0, "{}", None, FailurePolicy::Fail)
+        );
+
+        let bad = ClusterTrainerPluginSpec {
+            limits: Some(PluginLimits {
+                timeout: Some(IntOrString::String("forever".into())),
+                memory: None,
+            }),
+            ..Default::default()
+        };
+        assert!(matches!(
+            options(&bad, &defaults),
+            Err(SpecError::Timeout(_))
+        ));
     }
 }

@@ -7,7 +7,8 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use trainforge_api::trainforge::v1alpha1::{
-    API_VERSION, CLUSTER_TRAINER_PLUGIN_KIND, ClusterTrainerPlugin, ClusterTrainerPluginStatus, condition, reason,
+    API_VERSION, CLUSTER_TRAINER_PLUGIN_KIND, ClusterTrainerPlugin, ClusterTrainerPluginStatus,
+    condition, reason,
 };
 
 use super::catalog::{Entry, Stage};
@@ -15,27 +16,53 @@ use super::{Error, FIELD_MANAGER};
 
 /// The status `entry` implies. Conditions whose status did not change keep
 /// their `lastTransitionTime` from `current`.
-pub(crate) fn desired(entry: &Entry, current: Option<&ClusterTrainerPluginStatus>) -> ClusterTrainerPluginStatus {
+pub(crate) fn desired(
+    entry: &Entry,
+    current: Option<&ClusterTrainerPluginStatus>,
+) -> ClusterTrainerPluginStatus {
     let generation = entry.attempt.as_ref().map(|a| a.generation);
     let mut stages: Vec<(&str, Stage)> = Vec::new();
     if let Some(a) = &entry.attempt {
-        for (t, s) in [condition::FETCHED, condition::VERIFIED, condition::COMPILED].into_iter().zip(a.stages.iter()) {
+        for (t, s) in [condition::FETCHED, condition::VERIFIED, condition::COMPILED]
+            .into_iter()
+            .zip(a.stages.iter())
+        {
             stages.push((t, s.clone()));
         }
     }
     let failure = entry.attempt.as_ref().and_then(|a| a.failure.clone());
     let ready = match (&entry.serving, &failure) {
-        (Some(s), None) => Stage::ok(reason::SERVING, format!("serving sha256 {} (plugin {})", s.digest(), s.described.name)),
+        (Some(s), None) => Stage::ok(
+            reason::SERVING,
+            format!(
+                "serving sha256 {} (plugin {})",
+                s.digest(),
+                s.described.name
+            ),
+        ),
         (Some(s), Some((_, m))) => Stage::ok(
             reason::SERVING_LAST_KNOWN_GOOD,
-            format!("serving sha256 {} from generation {} (plugin {}); the current spec failed: {m}", s.digest(), s.generation, s.described.name),
+            format!(
+                "serving sha256 {} from generation {} (plugin {}); the current spec failed: {m}",
+                s.digest(),
+                s.generation,
+                s.described.name
+            ),
         ),
         (None, Some((r, m))) => Stage::failed(r, m.clone()),
         (None, None) => Stage::failed(reason::NOT_REACHED, "not loaded yet"),
     };
     let degraded = match &failure {
-        Some((r, m)) => Stage { status: "True", reason: r.clone(), message: m.clone() },
-        None => Stage { status: "False", reason: reason::AS_EXPECTED.to_owned(), message: "the current spec is serving".to_owned() },
+        Some((r, m)) => Stage {
+            status: "True",
+            reason: r.clone(),
+            message: m.clone(),
+        },
+        None => Stage {
+            status: "False",
+            reason: reason::AS_EXPECTED.to_owned(),
+            message: "the current spec is serving".to_owned(),
+        },
     };
     stages.push((condition::READY, ready));
     stages.push((condition::DEGRADED, degraded));
@@ -54,7 +81,8 @@ pub(crate) fn desired(entry: &Entry, current: Option<&ClusterTrainerPluginStatus
                 reason: s.reason,
                 message: s.message,
                 observed_generation: generation,
-                last_transition_time: previous.map_or_else(|| now.clone(), |c| c.last_transition_time.clone()),
+                last_transition_time: previous
+                    .map_or_else(|| now.clone(), |c| c.last_transition_time.clone()),
             }
         })
         .collect();
@@ -85,9 +113,17 @@ pub(crate) async fn write(
         "kind": CLUSTER_TRAINER_PLUGIN_KIND,
         "status": serde_json::to_value(status).map_err(|source| Error::Serialize { name: name.clone(), source })?,
     });
-    api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(|source| Error::Kube { name, action: "writing status", source })?;
+    api.patch_status(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|source| Error::Kube {
+        name,
+        action: "writing status",
+        source,
+    })?;
     Ok(true)
 }
 
@@ -97,7 +133,12 @@ mod tests {
     use super::*;
 
     fn cond<'a>(s: &'a ClusterTrainerPluginStatus, t: &str) -> &'a Condition {
-        s.conditions.as_ref().unwrap().iter().find(|c| c.type_ == t).unwrap()
+        s.conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == t)
+            .unwrap()
     }
 
     #[test]

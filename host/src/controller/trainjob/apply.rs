@@ -66,8 +66,19 @@ pub struct AppliedMemo {
 }
 
 fn key(object: &Value) -> Key {
-    let s = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
-    (s("/apiVersion"), s("/kind"), s("/metadata/namespace"), s("/metadata/name"))
+    let s = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    (
+        s("/apiVersion"),
+        s("/kind"),
+        s("/metadata/namespace"),
+        s("/metadata/name"),
+    )
 }
 
 fn digest(object: &Value) -> u64 {
@@ -79,8 +90,11 @@ fn digest(object: &Value) -> u64 {
 impl AppliedMemo {
     fn matches(&self, object: &Value, live_rv: Option<&str>) -> bool {
         let Some(rv) = live_rv else { return false };
-        let Ok(seen) = self.seen.lock() else { return false };
-        seen.get(&key(object)).is_some_and(|(h, r)| *h == digest(object) && r == rv)
+        let Ok(seen) = self.seen.lock() else {
+            return false;
+        };
+        seen.get(&key(object))
+            .is_some_and(|(h, r)| *h == digest(object) && r == rv)
     }
 
     fn record(&self, object: &Value, rv: Option<String>) {
@@ -93,7 +107,9 @@ impl AppliedMemo {
     /// is false (deleted, or of a kind no longer watched: the memo is only
     /// consulted with a live object). Returns how many were dropped.
     pub fn retain_existing(&self, exists: impl Fn(&str, &str, &str, &str) -> bool) -> usize {
-        let Ok(mut seen) = self.seen.lock() else { return 0 };
+        let Ok(mut seen) = self.seen.lock() else {
+            return 0;
+        };
         let before = seen.len();
         seen.retain(|(api_version, kind, ns, name), _| exists(api_version, kind, ns, name));
         before - seen.len()
@@ -117,9 +133,15 @@ pub fn contains(live: &Value, desired: &Value) -> bool {
     match (live, desired) {
         (Value::Object(l), Value::Object(d)) => d.iter().all(|(k, dv)| match l.get(k) {
             Some(lv) => contains(lv, dv),
-            None => dv.is_null() || dv.as_object().is_some_and(|o| o.is_empty()) || dv.as_array().is_some_and(|a| a.is_empty()),
+            None => {
+                dv.is_null()
+                    || dv.as_object().is_some_and(|o| o.is_empty())
+                    || dv.as_array().is_some_and(|a| a.is_empty())
+            }
         }),
-        (Value::Array(l), Value::Array(d)) => l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| contains(lv, dv)),
+        (Value::Array(l), Value::Array(d)) => {
+            l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| contains(lv, dv))
+        }
         (Value::Number(l), Value::Number(d)) => l.as_f64() == d.as_f64(),
         (l, d) => l == d,
     }
@@ -134,9 +156,18 @@ pub async fn apply(
     live: Option<&DynamicObject>,
     memo: &AppliedMemo,
 ) -> Result<Outcome, ApplyError> {
-    let name = object.pointer("/metadata/name").and_then(Value::as_str).ok_or(ApplyError::Malformed("metadata.name"))?;
-    let kind = object.get("kind").and_then(Value::as_str).ok_or(ApplyError::Malformed("kind"))?;
-    let namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default();
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .ok_or(ApplyError::Malformed("metadata.name"))?;
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or(ApplyError::Malformed("kind"))?;
+    let namespace = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     if let Some(live) = live {
         if memo.matches(object, live.metadata.resource_version.as_deref()) {
             return Ok(Outcome::Unchanged);
@@ -154,7 +185,11 @@ pub async fn apply(
     };
     debug!(%kind, %namespace, %name, "server-side apply");
     let applied = api
-        .patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(object))
+        .patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(object),
+        )
         .await
         .map_err(|source| ApplyError::Api {
             kind: kind.to_owned(),
@@ -163,7 +198,11 @@ pub async fn apply(
             source,
         })?;
     memo.record(object, applied.metadata.resource_version.clone());
-    Ok(if live.is_some() { Outcome::Updated } else { Outcome::Created })
+    Ok(if live.is_some() {
+        Outcome::Updated
+    } else {
+        Outcome::Created
+    })
 }
 
 #[cfg(test)]
@@ -181,12 +220,16 @@ mod tests {
         assert!(contains(&live, &desired));
         let changed = json!({"metadata": {"name": "a", "labels": {"x": "2"}}});
         assert!(!contains(&live, &changed));
-        let more_items = json!({"spec": {"replicatedJobs": [{"name": "node"}, {"name": "launcher"}]}});
+        let more_items =
+            json!({"spec": {"replicatedJobs": [{"name": "node"}, {"name": "launcher"}]}});
         assert!(!contains(&live, &more_items));
         let new_field = json!({"spec": {"suspend": true}});
         assert!(!contains(&live, &new_field));
         assert!(contains(&json!({"a": 1.0}), &json!({"a": 1})));
-        assert!(contains(&json!({}), &json!({"labels": {}, "x": null})), "empty maps are absent on the server");
+        assert!(
+            contains(&json!({}), &json!({"labels": {}, "x": null})),
+            "empty maps are absent on the server"
+        );
     }
 
     #[test]
@@ -207,7 +250,8 @@ mod tests {
         memo.record(&cm("kept"), Some("1".into()));
         memo.record(&cm("gone"), Some("1".into()));
         assert_eq!(memo.len(), 2);
-        let dropped = memo.retain_existing(|v, k, ns, name| (v, k, ns, name) == ("v1", "ConfigMap", "n", "kept"));
+        let dropped = memo
+            .retain_existing(|v, k, ns, name| (v, k, ns, name) == ("v1", "ConfigMap", "n", "kept"));
         assert_eq!(dropped, 1);
         assert!(memo.matches(&cm("kept"), Some("1")));
         assert!(!memo.matches(&cm("gone"), Some("1")));

@@ -11,8 +11,8 @@ use std::time::Duration;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{Map, Value, json};
 use trainforge_api::trainer::v1alpha1::constants::{
-    CONDITION_COMPLETE, CONDITION_FAILED, CONDITION_SUSPENDED, MESSAGE_DEADLINE_EXCEEDED, MESSAGE_RESUMED,
-    MESSAGE_SUSPENDED, REASON_DEADLINE_EXCEEDED, REASON_RESUMED, REASON_SUSPENDED,
+    CONDITION_COMPLETE, CONDITION_FAILED, CONDITION_SUSPENDED, MESSAGE_DEADLINE_EXCEEDED,
+    MESSAGE_RESUMED, MESSAGE_SUSPENDED, REASON_DEADLINE_EXCEEDED, REASON_RESUMED, REASON_SUSPENDED,
 };
 
 /// An RFC 3339 timestamp at second precision (what the API server stores).
@@ -22,12 +22,18 @@ pub fn rfc3339(t: Timestamp) -> String {
 
 /// The conditions of a status object (empty when absent).
 pub fn conditions(status: &Value) -> &[Value] {
-    status.get("conditions").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default()
+    status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
 }
 
 /// The condition of this type, if present.
 pub fn find<'a>(status: &'a Value, kind: &str) -> Option<&'a Value> {
-    conditions(status).iter().find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
+    conditions(status)
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
 }
 
 /// Whether the condition is present with status `True`.
@@ -42,7 +48,14 @@ pub fn is_finished(status: &Value) -> bool {
 }
 
 /// Set a condition on `status` (an object; created if `null`).
-pub fn set(status: &mut Value, kind: &str, state: bool, reason: &str, message: &str, now: Timestamp) {
+pub fn set(
+    status: &mut Value,
+    kind: &str,
+    state: bool,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
     if !status.is_object() {
         *status = Value::Object(Map::new());
     }
@@ -53,13 +66,22 @@ pub fn set(status: &mut Value, kind: &str, state: bool, reason: &str, message: &
         "message": message,
         "lastTransitionTime": rfc3339(now),
     });
-    let Some(map) = status.as_object_mut() else { return };
-    let list = map.entry("conditions").or_insert_with(|| Value::Array(Vec::new()));
+    let Some(map) = status.as_object_mut() else {
+        return;
+    };
+    let list = map
+        .entry("conditions")
+        .or_insert_with(|| Value::Array(Vec::new()));
     if !list.is_array() {
         *list = Value::Array(Vec::new());
     }
-    let Some(list) = list.as_array_mut() else { return };
-    match list.iter_mut().find(|c| c.get("type").and_then(Value::as_str) == Some(kind)) {
+    let Some(list) = list.as_array_mut() else {
+        return;
+    };
+    match list
+        .iter_mut()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
+    {
         None => list.push(new),
         Some(existing) => {
             let keep_time = existing.get("status") == new.get("status");
@@ -77,9 +99,23 @@ pub fn set(status: &mut Value, kind: &str, state: bool, reason: &str, message: &
 /// a job never suspended gets no condition.
 pub fn apply_suspend(status: &mut Value, suspend: bool, now: Timestamp) {
     if suspend {
-        set(status, CONDITION_SUSPENDED, true, REASON_SUSPENDED, MESSAGE_SUSPENDED, now);
+        set(
+            status,
+            CONDITION_SUSPENDED,
+            true,
+            REASON_SUSPENDED,
+            MESSAGE_SUSPENDED,
+            now,
+        );
     } else if is_true(status, CONDITION_SUSPENDED) {
-        set(status, CONDITION_SUSPENDED, false, REASON_RESUMED, MESSAGE_RESUMED, now);
+        set(
+            status,
+            CONDITION_SUSPENDED,
+            false,
+            REASON_RESUMED,
+            MESSAGE_RESUMED,
+            now,
+        );
     }
 }
 
@@ -93,12 +129,22 @@ pub fn deadline_exceeded(status: &Value) -> Option<Value> {
 
 /// Put a remembered condition back (replacing the one of the same type).
 pub fn restore(status: &mut Value, condition: Value) {
-    let Some(kind) = condition.get("type").and_then(Value::as_str).map(str::to_owned) else { return };
+    let Some(kind) = condition
+        .get("type")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    else {
+        return;
+    };
     if !status.is_object() {
         *status = Value::Object(Map::new());
     }
-    let Some(map) = status.as_object_mut() else { return };
-    let list = map.entry("conditions").or_insert_with(|| Value::Array(Vec::new()));
+    let Some(map) = status.as_object_mut() else {
+        return;
+    };
+    let list = map
+        .entry("conditions")
+        .or_insert_with(|| Value::Array(Vec::new()));
     if let Some(list) = list.as_array_mut() {
         list.retain(|c| c.get("type").and_then(Value::as_str) != Some(kind.as_str()));
         list.push(condition);
@@ -126,7 +172,9 @@ pub fn deadline(
     status: &Value,
     now: Timestamp,
 ) -> Deadline {
-    let Some(ads) = active_deadline_seconds.filter(|s| *s > 0) else { return Deadline::None };
+    let Some(ads) = active_deadline_seconds.filter(|s| *s > 0) else {
+        return Deadline::None;
+    };
     if suspended || is_finished(status) {
         return Deadline::None;
     }
@@ -134,8 +182,12 @@ pub fn deadline(
         .filter(|c| c.get("status").and_then(Value::as_str) == Some("False"))
         .and_then(|c| c.get("lastTransitionTime").and_then(Value::as_str))
         .and_then(|t| t.parse::<Timestamp>().ok());
-    let Some(start) = resumed.or(created) else { return Deadline::None };
-    let Ok(end) = start.checked_add(SignedDuration::from_secs(ads)) else { return Deadline::None };
+    let Some(start) = resumed.or(created) else {
+        return Deadline::None;
+    };
+    let Ok(end) = start.checked_add(SignedDuration::from_secs(ads)) else {
+        return Deadline::None;
+    };
     if now > end {
         return Deadline::Exceeded;
     }
@@ -145,7 +197,14 @@ pub fn deadline(
 
 /// Mark the job failed by its deadline.
 pub fn fail_deadline(status: &mut Value, now: Timestamp) {
-    set(status, CONDITION_FAILED, true, REASON_DEADLINE_EXCEEDED, MESSAGE_DEADLINE_EXCEEDED, now);
+    set(
+        status,
+        CONDITION_FAILED,
+        true,
+        REASON_DEADLINE_EXCEEDED,
+        MESSAGE_DEADLINE_EXCEEDED,
+        now,
+    );
 }
 
 /// One observable change between two statuses, for Events.
@@ -166,11 +225,23 @@ pub fn transitions(old: &Value, new: &Value) -> Vec<Transition> {
     conditions(new)
         .iter()
         .filter_map(|c| {
-            let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+            let s = |k: &str| {
+                c.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
             let kind = s("type");
             let before = find(old, &kind);
-            let same = before.is_some_and(|b| b.get("status") == c.get("status") && b.get("reason") == c.get("reason"));
-            (!same).then(|| Transition { kind, status: s("status"), reason: s("reason"), message: s("message") })
+            let same = before.is_some_and(|b| {
+                b.get("status") == c.get("status") && b.get("reason") == c.get("reason")
+            });
+            (!same).then(|| Transition {
+                kind,
+                status: s("status"),
+                reason: s("reason"),
+                message: s("message"),
+            })
         })
         .collect()
 }
@@ -226,44 +297,80 @@ mod tests {
                 "message": "TrainJob is resumed", "lastTransitionTime": "2026-01-01T00:10:00Z"})
         );
         apply_suspend(&mut s, false, t("2026-01-01T00:20:00Z"));
-        assert_eq!(find(&s, "Suspended").unwrap()["lastTransitionTime"], "2026-01-01T00:10:00Z");
+        assert_eq!(
+            find(&s, "Suspended").unwrap()["lastTransitionTime"],
+            "2026-01-01T00:10:00Z"
+        );
     }
 
     #[test]
     fn deadline_runs_from_creation_or_resume_and_not_while_suspended() {
         let created = Some(t("2026-01-01T00:00:00Z"));
         let none = Value::Null;
-        assert_eq!(deadline(None, false, created, &none, t("2030-01-01T00:00:00Z")), Deadline::None);
-        assert_eq!(deadline(Some(0), false, created, &none, t("2030-01-01T00:00:00Z")), Deadline::None);
+        assert_eq!(
+            deadline(None, false, created, &none, t("2030-01-01T00:00:00Z")),
+            Deadline::None
+        );
+        assert_eq!(
+            deadline(Some(0), false, created, &none, t("2030-01-01T00:00:00Z")),
+            Deadline::None
+        );
         assert_eq!(
             deadline(Some(60), false, created, &none, t("2026-01-01T00:00:30Z")),
             Deadline::Remaining(Duration::from_secs(30))
         );
         assert_eq!(
-            deadline(Some(60), false, created, &none, t("2026-01-01T00:00:59.900Z")),
+            deadline(
+                Some(60),
+                false,
+                created,
+                &none,
+                t("2026-01-01T00:00:59.900Z")
+            ),
             Deadline::Remaining(Duration::from_secs(1)),
             "at least one second"
         );
-        assert_eq!(deadline(Some(60), false, created, &none, t("2026-01-01T00:01:01Z")), Deadline::Exceeded);
-        assert_eq!(deadline(Some(60), true, created, &none, t("2026-01-01T00:01:01Z")), Deadline::None);
+        assert_eq!(
+            deadline(Some(60), false, created, &none, t("2026-01-01T00:01:01Z")),
+            Deadline::Exceeded
+        );
+        assert_eq!(
+            deadline(Some(60), true, created, &none, t("2026-01-01T00:01:01Z")),
+            Deadline::None
+        );
         let resumed = json!({"conditions": [{"type": "Suspended", "status": "False", "reason": "Resumed",
             "lastTransitionTime": "2026-01-01T00:01:00Z"}]});
         assert_eq!(
-            deadline(Some(60), false, created, &resumed, t("2026-01-01T00:01:30Z")),
+            deadline(
+                Some(60),
+                false,
+                created,
+                &resumed,
+                t("2026-01-01T00:01:30Z")
+            ),
             Deadline::Remaining(Duration::from_secs(30)),
             "resuming resets the clock"
         );
         let mut done = Value::Null;
         fail_deadline(&mut done, t("2026-01-01T00:02:00Z"));
-        assert_eq!(deadline(Some(60), false, created, &done, t("2026-01-01T00:03:00Z")), Deadline::None);
+        assert_eq!(
+            deadline(Some(60), false, created, &done, t("2026-01-01T00:03:00Z")),
+            Deadline::None
+        );
         assert!(is_finished(&done));
-        assert_eq!(deadline_exceeded(&done).unwrap()["reason"], "DeadlineExceeded");
+        assert_eq!(
+            deadline_exceeded(&done).unwrap()["reason"],
+            "DeadlineExceeded"
+        );
     }
 
     #[test]
     fn restore_replaces_the_condition_of_the_same_type() {
         let mut s = json!({"conditions": [{"type": "Failed", "status": "False", "reason": "x"}]});
-        restore(&mut s, json!({"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}));
+        restore(
+            &mut s,
+            json!({"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}),
+        );
         assert_eq!(conditions(&s).len(), 1);
         assert!(is_true(&s, "Failed"));
     }
@@ -276,12 +383,19 @@ mod tests {
             {"type": "Suspended", "status": "False", "reason": "Resumed", "message": "TrainJob is resumed"},
             {"type": "Complete", "status": "True", "reason": "AllJobsCompleted", "message": "done"}]});
         let tr = transitions(&old, &new);
-        assert_eq!(tr.iter().map(|t| t.reason.as_str()).collect::<Vec<_>>(), ["Resumed", "AllJobsCompleted"]);
+        assert_eq!(
+            tr.iter().map(|t| t.reason.as_str()).collect::<Vec<_>>(),
+            ["Resumed", "AllJobsCompleted"]
+        );
         assert!(transitions(&new, &new).is_empty());
         assert_eq!(
             status_patch(&old, &new),
             json!({"status": {"conditions": new["conditions"], "jobsStatus": null}})
         );
-        assert_eq!(status_patch(&old, &json!({})), json!({"status": null}), "no empty status object");
+        assert_eq!(
+            status_patch(&old, &json!({})),
+            json!({"status": null}),
+            "no empty status object"
+        );
     }
 }

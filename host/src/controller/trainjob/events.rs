@@ -29,9 +29,20 @@ pub fn creation_failed_note(error: &str) -> String {
 
 /// Publish an Event; failures are logged, never fatal. Returns whether it
 /// was written.
-pub async fn publish(ctx: &Context, job: &TrainJob, warning: bool, reason: &str, action: &str, note: String) -> bool {
+pub async fn publish(
+    ctx: &Context,
+    job: &TrainJob,
+    warning: bool,
+    reason: &str,
+    action: &str,
+    note: String,
+) -> bool {
     let event = Event {
-        type_: if warning { EventType::Warning } else { EventType::Normal },
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
         reason: reason.to_owned(),
         note: Some(note),
         action: action.to_owned(),
@@ -51,7 +62,13 @@ pub async fn publish(ctx: &Context, job: &TrainJob, warning: bool, reason: &str,
 
 /// The Event for a condition transition, if it is one users care about.
 pub fn for_transition(t: &Transition) -> Option<(bool, String, String)> {
-    let note = |fallback: &str| if t.message.is_empty() { fallback.to_owned() } else { t.message.clone() };
+    let note = |fallback: &str| {
+        if t.message.is_empty() {
+            fallback.to_owned()
+        } else {
+            t.message.clone()
+        }
+    };
     match (t.kind.as_str(), t.status.as_str()) {
         ("Suspended", "True") => Some((false, "Suspended".into(), note("TrainJob is suspended"))),
         ("Suspended", "False") => Some((false, "Resumed".into(), note("TrainJob is resumed"))),
@@ -67,11 +84,17 @@ mod tests {
 
     #[test]
     fn note_is_truncated_like_upstream() {
-        assert_eq!(creation_failed_note("boom"), "TrainJob resources reconciliation failed: boom");
+        assert_eq!(
+            creation_failed_note("boom"),
+            "TrainJob resources reconciliation failed: boom"
+        );
         let long = "x".repeat(2000);
         let note = creation_failed_note(&long);
         assert!(note.ends_with("x ..."));
-        assert_eq!(note.len(), "TrainJob resources reconciliation failed: ".len() + 950 + 4);
+        assert_eq!(
+            note.len(),
+            "TrainJob resources reconciliation failed: ".len() + 950 + 4
+        );
     }
 
     #[test]
@@ -82,9 +105,22 @@ mod tests {
             reason: reason.into(),
             message: String::new(),
         };
-        assert_eq!(for_transition(&t("Failed", "True", "DeadlineExceeded")).unwrap().1, "DeadlineExceeded");
-        assert!(for_transition(&t("Failed", "True", "x")).unwrap().0, "failures are warnings");
-        assert_eq!(for_transition(&t("Suspended", "False", "Resumed")).unwrap().1, "Resumed");
+        assert_eq!(
+            for_transition(&t("Failed", "True", "DeadlineExceeded"))
+                .unwrap()
+                .1,
+            "DeadlineExceeded"
+        );
+        assert!(
+            for_transition(&t("Failed", "True", "x")).unwrap().0,
+            "failures are warnings"
+        );
+        assert_eq!(
+            for_transition(&t("Suspended", "False", "Resumed"))
+                .unwrap()
+                .1,
+            "Resumed"
+        );
         assert!(for_transition(&t("Complete", "False", "x")).is_none());
     }
 }

@@ -79,7 +79,11 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { resync: Duration::from_secs(600), concurrency: 5, namespace: None }
+        Settings {
+            resync: Duration::from_secs(600),
+            concurrency: 5,
+            namespace: None,
+        }
     }
 }
 
@@ -113,7 +117,13 @@ impl Context {
         instance: Option<String>,
         settings: Settings,
     ) -> Self {
-        let recorder = Recorder::new(client.clone(), Reporter { controller: EVENT_REPORTER.into(), instance });
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: EVENT_REPORTER.into(),
+                instance,
+            },
+        );
         Context {
             client,
             plugins,
@@ -137,7 +147,8 @@ impl Context {
                 *n
             })
             .unwrap_or(1);
-        Duration::from_millis(500u64.saturating_mul(1u64 << n.min(10))).min(Duration::from_secs(300))
+        Duration::from_millis(500u64.saturating_mul(1u64 << n.min(10)))
+            .min(Duration::from_secs(300))
     }
 
     fn succeeded(&self, job: &TrainJob) {
@@ -151,7 +162,9 @@ impl Context {
     /// and the failure counts would grow with every TrainJob ever seen.
     fn prune(&self, trainjob_exists: impl Fn(&ObjectRef<TrainJob>) -> bool) {
         let objects = self.memo.retain_existing(|api_version, kind, ns, name| {
-            self.objects.live(&KindRef::new(api_version, kind), ns, name).is_some()
+            self.objects
+                .live(&KindRef::new(api_version, kind), ns, name)
+                .is_some()
         });
         let failures = self.failures.lock().map_or(0, |mut f| {
             let before = f.len();
@@ -161,13 +174,20 @@ impl Context {
         let remembered = self.memo.len();
         self.metrics.set_remembered(remembered);
         if objects + failures > 0 {
-            debug!(objects, failures, remembered, "pruned state of deleted objects");
+            debug!(
+                objects,
+                failures, remembered, "pruned state of deleted objects"
+            );
         }
     }
 }
 
 /// Prune [`Context`] state every resync period until `shutdown`.
-async fn prune_periodically(ctx: Arc<Context>, trainjobs: Store<TrainJob>, shutdown: CancellationToken) {
+async fn prune_periodically(
+    ctx: Arc<Context>,
+    trainjobs: Store<TrainJob>,
+    shutdown: CancellationToken,
+) {
     let mut tick = tokio::time::interval(ctx.settings.resync);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -187,16 +207,29 @@ fn error_policy(job: Arc<TrainJob>, error: &ReconcileError, ctx: Arc<Context>) -
 
 /// Run the TrainJob controller until `shutdown`. `triggers` carries the
 /// TrainJobs whose child objects changed (from [`ObjectCache`]).
-pub async fn run(ctx: Arc<Context>, triggers: UnboundedReceiver<ObjectRef<TrainJob>>, shutdown: CancellationToken) {
+pub async fn run(
+    ctx: Arc<Context>,
+    triggers: UnboundedReceiver<ObjectRef<TrainJob>>,
+    shutdown: CancellationToken,
+) {
     let api: Api<TrainJob> = match &ctx.settings.namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    let triggers = futures::stream::unfold(triggers, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) });
+    let triggers = futures::stream::unfold(triggers, |mut rx| async move {
+        rx.recv().await.map(|r| (r, rx))
+    });
     let config = ControllerConfig::default().concurrency(ctx.settings.concurrency);
-    info!(concurrency = ctx.settings.concurrency, "TrainJob controller starting");
+    info!(
+        concurrency = ctx.settings.concurrency,
+        "TrainJob controller starting"
+    );
     let controller = Controller::new(api, watcher::Config::default()).with_config(config);
-    let pruner = tokio::spawn(prune_periodically(ctx.clone(), controller.store(), shutdown.clone()));
+    let pruner = tokio::spawn(prune_periodically(
+        ctx.clone(),
+        controller.store(),
+        shutdown.clone(),
+    ));
     controller
         .reconcile_on(triggers)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })

@@ -59,7 +59,11 @@ impl Watched {
     /// The store key; cluster-scoped kinds ignore the namespace.
     fn key(&self, namespace: &str, name: &str) -> ObjectRef<DynamicObject> {
         let r = ObjectRef::new_with(name, self.resource.clone());
-        if self.namespaced { r.within(namespace) } else { r }
+        if self.namespaced {
+            r.within(namespace)
+        } else {
+            r
+        }
     }
 }
 
@@ -77,13 +81,21 @@ impl std::fmt::Debug for ObjectCache {
 }
 
 fn gvk(kind: &KindRef) -> GroupVersionKind {
-    let (group, version) = kind.api_version.split_once('/').unwrap_or(("", kind.api_version.as_str()));
+    let (group, version) = kind
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", kind.api_version.as_str()));
     GroupVersionKind::gvk(group, version, &kind.kind)
 }
 
 /// The TrainJob that controls `object`, if any.
 pub fn controller_trainjob(object: &DynamicObject) -> Option<ObjectRef<TrainJob>> {
-    let owner = object.metadata.owner_references.as_ref()?.iter().find(|o| o.controller == Some(true))?;
+    let owner = object
+        .metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))?;
     let group = owner.api_version.split('/').next().unwrap_or_default();
     (owner.kind == TRAINJOB_KIND && group == GROUP).then(|| {
         let r = ObjectRef::new(&owner.name);
@@ -98,7 +110,11 @@ impl ObjectCache {
     /// An empty cache; events on watched objects controlled by a TrainJob
     /// are sent to `trigger`.
     pub fn new(client: kube::Client, trigger: UnboundedSender<ObjectRef<TrainJob>>) -> Self {
-        ObjectCache { client, trigger, watched: Mutex::new(HashMap::new()) }
+        ObjectCache {
+            client,
+            trigger,
+            watched: Mutex::new(HashMap::new()),
+        }
     }
 
     fn get_watched(&self, kind: &KindRef) -> Option<Arc<Watched>> {
@@ -107,7 +123,10 @@ impl ObjectCache {
 
     /// The kinds currently watched.
     pub fn kinds(&self) -> BTreeSet<KindRef> {
-        self.watched.lock().map(|w| w.keys().cloned().collect()).unwrap_or_default()
+        self.watched
+            .lock()
+            .map(|w| w.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Watch exactly `kinds` (start new reflectors, stop the others) and
@@ -149,8 +168,9 @@ impl ObjectCache {
 
     /// The resource of a kind, and whether it is namespaced, from discovery.
     async fn discover(&self, kind: &KindRef) -> Result<(ApiResource, bool), ObjectsError> {
-        let (resource, caps) =
-            kube::discovery::pinned_kind(&self.client, &gvk(kind)).await.map_err(|e| ObjectsError::Unknown {
+        let (resource, caps) = kube::discovery::pinned_kind(&self.client, &gvk(kind))
+            .await
+            .map_err(|e| ObjectsError::Unknown {
                 api_version: kind.api_version.clone(),
                 kind: kind.kind.clone(),
                 reason: e.to_string(),
@@ -168,9 +188,11 @@ impl ObjectCache {
         info!(kind = %label, "starting watch");
         // managedFields are never read from the cache and are the bulk of
         // an applied object's size: drop them before they are stored.
-        let events = watcher(api, watcher::Config::default()).default_backoff().modify(|o| {
-            o.metadata.managed_fields = None;
-        });
+        let events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(|o| {
+                o.metadata.managed_fields = None;
+            });
         let stream = reflector::reflector(writer, events).touched_objects();
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
@@ -185,7 +207,12 @@ impl ObjectCache {
                 }
             }
         });
-        Ok(Watched { resource, namespaced, store, task })
+        Ok(Watched {
+            resource,
+            namespaced,
+            store,
+            task,
+        })
     }
 
     /// The live object from the cache (`None` if absent or the kind is not
@@ -217,11 +244,16 @@ impl Drop for ObjectCache {
 impl ObjectSource for ObjectCache {
     fn get(&self, kind: &KindRef, namespace: &str, name: &str) -> Result<Option<String>, String> {
         let Some(w) = self.get_watched(kind) else {
-            return Err(format!("{} {} is not watched by the operator", kind.api_version, kind.kind));
+            return Err(format!(
+                "{} {} is not watched by the operator",
+                kind.api_version, kind.kind
+            ));
         };
         match w.store.get(&w.key(namespace, name)) {
             None => Ok(None),
-            Some(o) => serde_json::to_string(o.as_ref()).map(Some).map_err(|e| e.to_string()),
+            Some(o) => serde_json::to_string(o.as_ref())
+                .map(Some)
+                .map_err(|e| e.to_string()),
         }
     }
 }

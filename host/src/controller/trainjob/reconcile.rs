@@ -50,7 +50,13 @@ impl ReconcileError {
 
 /// Snapshot ConfigMap, JobSet and the rest: kinds as [`KindRef`].
 fn kind_of(object: &Value) -> KindRef {
-    let s = |k: &str| object.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let s = |k: &str| {
+        object
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
     KindRef::new(s("apiVersion"), s("kind"))
 }
 
@@ -62,9 +68,19 @@ fn jobset_kind() -> KindRef {
 pub async fn reconcile(job: Arc<TrainJob>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let ns = job.metadata.namespace.clone().unwrap_or_default();
     let name = job.metadata.name.clone().unwrap_or_default();
-    let span = info_span!("reconcile", controller = CONTROLLER_NAME, trainjob = %format!("{ns}/{name}"));
+    let span =
+        info_span!("reconcile", controller = CONTROLLER_NAME, trainjob = %format!("{ns}/{name}"));
     let start = Instant::now();
-    let result = Reconcile { job: &job, ctx: &ctx, ns: &ns, name: &name, writes: 0 }.run().instrument(span).await;
+    let result = Reconcile {
+        job: &job,
+        ctx: &ctx,
+        ns: &ns,
+        name: &name,
+        writes: 0,
+    }
+    .run()
+    .instrument(span)
+    .await;
     let outcome = match &result {
         Ok(_) => {
             ctx.succeeded(&job);
@@ -72,7 +88,8 @@ pub async fn reconcile(job: Arc<TrainJob>, ctx: Arc<Context>) -> Result<Action, 
         }
         Err(e) => Err(e.reason()),
     };
-    ctx.metrics.reconcile_done(CONTROLLER_NAME, start.elapsed(), outcome);
+    ctx.metrics
+        .reconcile_done(CONTROLLER_NAME, start.elapsed(), outcome);
     result
 }
 
@@ -92,19 +109,43 @@ struct Built {
 impl Reconcile<'_> {
     async fn run(mut self) -> Result<Action, ReconcileError> {
         let job = self.job;
-        if let Some(m) = job.spec.managed_by.as_deref().filter(|m| *m != MANAGED_BY_TRAINJOB_CONTROLLER) {
+        if let Some(m) = job
+            .spec
+            .managed_by
+            .as_deref()
+            .filter(|m| *m != MANAGED_BY_TRAINJOB_CONTROLLER)
+        {
             info!(managed_by = %m, "managed by another controller: left alone");
             return Ok(Action::await_change());
         }
-        let old_status = job.status.as_ref().and_then(|s| serde_json::to_value(s).ok()).unwrap_or(Value::Null);
+        let old_status = job
+            .status
+            .as_ref()
+            .and_then(|s| serde_json::to_value(s).ok())
+            .unwrap_or(Value::Null);
         let mut status = old_status.clone();
         let now = Timestamp::now();
 
         if let Err(e) = snapshot::check_supported(job) {
-            conditions::set(&mut status, CONDITION_FAILED, true, REASON_TRAINING_RUNTIME_NOT_SUPPORTED, &e.to_string(), now);
+            conditions::set(
+                &mut status,
+                CONDITION_FAILED,
+                true,
+                REASON_TRAINING_RUNTIME_NOT_SUPPORTED,
+                &e.to_string(),
+                now,
+            );
             if old_status != status {
                 warn!(error = %e, "unsupported runtime");
-                events::publish(self.ctx, job, true, REASON_TRAINING_RUNTIME_NOT_SUPPORTED, ACTION_RECONCILING, e.to_string()).await;
+                events::publish(
+                    self.ctx,
+                    job,
+                    true,
+                    REASON_TRAINING_RUNTIME_NOT_SUPPORTED,
+                    ACTION_RECONCILING,
+                    e.to_string(),
+                )
+                .await;
             }
             self.write_status(&old_status, &status).await?;
             return Ok(Action::await_change());
@@ -122,7 +163,10 @@ impl Reconcile<'_> {
             }
         };
         if let (false, Some((runtime, has_snapshot))) = (finished, &runtime) {
-            match self.build_and_apply(runtime.clone(), *has_snapshot, plugins.clone()).await {
+            match self
+                .build_and_apply(runtime.clone(), *has_snapshot, plugins.clone())
+                .await
+            {
                 Ok(b) => built = Some(b),
                 Err(e) => errors.push(e),
             }
@@ -130,7 +174,16 @@ impl Reconcile<'_> {
         if let Some(e) = errors.first() {
             let note = events::creation_failed_note(e);
             warn!(error = %e, "TrainJob resources reconciliation failed");
-            if events::publish(self.ctx, job, true, REASON_CREATION_FAILED, ACTION_RECONCILING, note).await {
+            if events::publish(
+                self.ctx,
+                job,
+                true,
+                REASON_CREATION_FAILED,
+                ACTION_RECONCILING,
+                note,
+            )
+            .await
+            {
                 self.writes += 1;
             }
         }
@@ -140,7 +193,10 @@ impl Reconcile<'_> {
         let remembered = conditions::deadline_exceeded(&old_status);
         let mut retry_soon = false;
         if let Some((runtime, _)) = &runtime {
-            match self.plugin_status(runtime.clone(), &status, built.map(|b| b.info), plugins).await {
+            match self
+                .plugin_status(runtime.clone(), &status, built.map(|b| b.info), plugins)
+                .await
+            {
                 Ok(Some(s)) => status = s,
                 Ok(None) => {}
                 Err(StatusFailure::Unavailable(why)) => {
@@ -157,7 +213,13 @@ impl Reconcile<'_> {
         // The active deadline.
         let created = job.metadata.creation_timestamp.as_ref().map(|t| t.0);
         let mut requeue = self.ctx.settings.resync;
-        match conditions::deadline(job.spec.active_deadline_seconds, job.spec.suspend.unwrap_or(false), created, &status, now) {
+        match conditions::deadline(
+            job.spec.active_deadline_seconds,
+            job.spec.suspend.unwrap_or(false),
+            created,
+            &status,
+            now,
+        ) {
             Deadline::None => {}
             Deadline::Remaining(left) => requeue = requeue.min(left),
             Deadline::Exceeded => {
@@ -173,9 +235,10 @@ impl Reconcile<'_> {
         self.write_status(&old_status, &status).await?;
         for t in &transitions {
             if let Some((warning, reason, note)) = events::for_transition(t)
-                && events::publish(self.ctx, job, warning, &reason, ACTION_RECONCILING, note).await {
-                    self.writes += 1;
-                }
+                && events::publish(self.ctx, job, warning, &reason, ACTION_RECONCILING, note).await
+            {
+                self.writes += 1;
+            }
         }
         if self.writes == 0 {
             self.ctx.metrics.noop_resync();
@@ -193,12 +256,17 @@ impl Reconcile<'_> {
         let snap_name = snapshot::snapshot_name(self.name);
         let cached = self.ctx.objects.live(&cm_kind, self.ns, &snap_name);
         let cm = match cached {
-            Some(o) => serde_json::to_value(o.as_ref()).ok().and_then(|v| serde_json::from_value(v).ok()),
+            Some(o) => serde_json::to_value(o.as_ref())
+                .ok()
+                .and_then(|v| serde_json::from_value(v).ok()),
             None => snapshot::get_snapshot(&self.ctx.client, self.job).await?,
         };
         match cm {
             Some(cm) => Ok((snapshot::from_snapshot(self.job, &cm)?, true)),
-            None => Ok((snapshot::live_runtime(&self.ctx.client, self.job).await?, false)),
+            None => Ok((
+                snapshot::live_runtime(&self.ctx.client, self.job).await?,
+                false,
+            )),
         }
     }
 
@@ -217,7 +285,10 @@ impl Reconcile<'_> {
         let snap_name = snapshot::snapshot_name(self.name);
         for object in &rendered.objects {
             let kind = kind_of(object);
-            let obj_name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+            let obj_name = object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             if has_snapshot && kind.kind == "ConfigMap" && obj_name == snap_name {
                 continue; // the snapshot is written once, never refreshed
             }
@@ -226,12 +297,19 @@ impl Reconcile<'_> {
                 e.to_string()
             })?;
             let live: Option<Arc<DynamicObject>> = self.ctx.objects.live(&kind, self.ns, obj_name);
-            let outcome = apply::apply(&self.ctx.client, &resource, namespaced, object, live.as_deref(), &self.ctx.memo)
-                .await
-                .map_err(|e| {
-                    self.ctx.metrics.apply_error(&kind.kind);
-                    e.to_string()
-                })?;
+            let outcome = apply::apply(
+                &self.ctx.client,
+                &resource,
+                namespaced,
+                object,
+                live.as_deref(),
+                &self.ctx.memo,
+            )
+            .await
+            .map_err(|e| {
+                self.ctx.metrics.apply_error(&kind.kind);
+                e.to_string()
+            })?;
             if outcome != Outcome::Unchanged {
                 self.writes += 1;
                 self.ctx.metrics.api_write("apply", &kind.kind);
@@ -242,7 +320,16 @@ impl Reconcile<'_> {
                     self.ctx.metrics.jobset_ready(elapsed);
                 }
                 let note = format!("Created JobSet {}/{}", self.ns, obj_name);
-                if events::publish(self.ctx, self.job, false, "JobSetCreated", ACTION_RECONCILING, note).await {
+                if events::publish(
+                    self.ctx,
+                    self.job,
+                    false,
+                    "JobSetCreated",
+                    ACTION_RECONCILING,
+                    note,
+                )
+                .await
+                {
                     self.writes += 1;
                 }
             }
@@ -250,7 +337,9 @@ impl Reconcile<'_> {
         for w in &rendered.warnings {
             info!(warning = %w, "TrainJob warning");
         }
-        Ok(Built { info: rendered.info })
+        Ok(Built {
+            info: rendered.info,
+        })
     }
 
     /// The status plugin's view, starting from `status`.
@@ -261,7 +350,8 @@ impl Reconcile<'_> {
         info: Option<Info>,
         plugins: Arc<PluginSet>,
     ) -> Result<Option<Value>, StatusFailure> {
-        let mut job_json = serde_json::to_value(self.job).map_err(|e| StatusFailure::Failed(e.to_string()))?;
+        let mut job_json =
+            serde_json::to_value(self.job).map_err(|e| StatusFailure::Failed(e.to_string()))?;
         if let Some(m) = job_json.as_object_mut() {
             m.insert("status".into(), status.clone());
         }
@@ -270,8 +360,10 @@ impl Reconcile<'_> {
             let info = match info {
                 Some(i) => i,
                 None => {
-                    let merged = crate::pipeline::merge::merge(&job, runtime.spec()).map_err(|e| StatusFailure::Failed(e.to_string()))?;
-                    crate::pipeline::info::runtime_info(&merged).map_err(|e| StatusFailure::Failed(e.to_string()))?
+                    let merged = crate::pipeline::merge::merge(&job, runtime.spec())
+                        .map_err(|e| StatusFailure::Failed(e.to_string()))?;
+                    crate::pipeline::info::runtime_info(&merged)
+                        .map_err(|e| StatusFailure::Failed(e.to_string()))?
                 }
             };
             match plugins.status_report(&job_json, &info) {
@@ -281,7 +373,10 @@ impl Reconcile<'_> {
                     }
                     Ok(out.status)
                 }
-                Err(plugin::Error::Plugin { error: PluginError::Unavailable(why), .. }) => Err(StatusFailure::Unavailable(why)),
+                Err(plugin::Error::Plugin {
+                    error: PluginError::Unavailable(why),
+                    ..
+                }) => Err(StatusFailure::Unavailable(why)),
                 Err(e) => Err(StatusFailure::Failed(e.to_string())),
             }
         })
@@ -291,8 +386,11 @@ impl Reconcile<'_> {
 
     async fn delete_jobset(&mut self) {
         let kind = jobset_kind();
-        let Ok((resource, _)) = self.ctx.objects.resource(&kind).await else { return };
-        let api: Api<DynamicObject> = Api::namespaced_with(self.ctx.client.clone(), self.ns, &resource);
+        let Ok((resource, _)) = self.ctx.objects.resource(&kind).await else {
+            return;
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.ctx.client.clone(), self.ns, &resource);
         match api.delete(self.name, &DeleteParams::background()).await {
             Ok(_) => {
                 self.writes += 1;
@@ -311,7 +409,9 @@ impl Reconcile<'_> {
         }
         let api: Api<TrainJob> = Api::namespaced(self.ctx.client.clone(), self.ns);
         let patch = conditions::status_patch(old, new);
-        api.patch_status(self.name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(ReconcileError::Status)?;
+        api.patch_status(self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(ReconcileError::Status)?;
         self.writes += 1;
         self.ctx.metrics.api_write("patch", "TrainJob/status");
         Ok(())

@@ -9,7 +9,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use serde_json::Value;
 use trainforge_api::trainer::v1alpha1::constants::{
-    CLUSTER_TRAINING_RUNTIME_KIND, DEFAULT_RUNTIME_API_GROUP, DEFAULT_RUNTIME_KIND, GROUP, TRAINING_RUNTIME_KIND,
+    CLUSTER_TRAINING_RUNTIME_KIND, DEFAULT_RUNTIME_API_GROUP, DEFAULT_RUNTIME_KIND, GROUP,
+    TRAINING_RUNTIME_KIND,
 };
 use trainforge_api::trainer::v1alpha1::{ClusterTrainingRuntime, TrainJob, TrainingRuntime};
 
@@ -63,15 +64,26 @@ pub fn from_snapshot(job: &TrainJob, cm: &ConfigMap) -> Result<RuntimeObject, Sn
         .as_ref()
         .is_some_and(|o| o.iter().any(|o| o.controller == Some(true) && o.uid == uid));
     if !owned {
-        return Err(SnapshotError::Invalid("a snapshot configmap exists but is owned by another object".into()));
+        return Err(SnapshotError::Invalid(
+            "a snapshot configmap exists but is owned by another object".into(),
+        ));
     }
     let text = cm
         .data
         .as_ref()
         .and_then(|d| d.get("runtime"))
-        .ok_or_else(|| SnapshotError::Invalid("the snapshot configmap has no \"runtime\" key".into()))?;
-    let value: Value = serde_saphyr::from_str(text).map_err(|e| SnapshotError::Invalid(format!("runtime YAML: {e}")))?;
-    let field = |p: &str| value.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
+        .ok_or_else(|| {
+            SnapshotError::Invalid("the snapshot configmap has no \"runtime\" key".into())
+        })?;
+    let value: Value = serde_saphyr::from_str(text)
+        .map_err(|e| SnapshotError::Invalid(format!("runtime YAML: {e}")))?;
+    let field = |p: &str| {
+        value
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
     let (kind, name) = (field("/kind"), field("/metadata/name"));
     let api_version = field("/apiVersion");
     let group = api_version.split('/').next().unwrap_or_default();
@@ -89,31 +101,52 @@ pub fn from_snapshot(job: &TrainJob, cm: &ConfigMap) -> Result<RuntimeObject, Sn
     }
     let bad = |e: serde_json::Error| SnapshotError::Invalid(format!("{kind} in the snapshot: {e}"));
     match kind.as_str() {
-        TRAINING_RUNTIME_KIND => Ok(RuntimeObject::Namespaced(serde_json::from_value(value).map_err(bad)?)),
-        CLUSTER_TRAINING_RUNTIME_KIND => Ok(RuntimeObject::Cluster(serde_json::from_value(value).map_err(bad)?)),
+        TRAINING_RUNTIME_KIND => Ok(RuntimeObject::Namespaced(
+            serde_json::from_value(value).map_err(bad)?,
+        )),
+        CLUSTER_TRAINING_RUNTIME_KIND => Ok(RuntimeObject::Cluster(
+            serde_json::from_value(value).map_err(bad)?,
+        )),
         other => Err(SnapshotError::Invalid(format!("unexpected kind {other:?}"))),
     }
 }
 
 /// The live runtime (used only when there is no snapshot yet); managed
 /// fields are dropped from what will be snapshotted.
-pub async fn live_runtime(client: &kube::Client, job: &TrainJob) -> Result<RuntimeObject, SnapshotError> {
+pub async fn live_runtime(
+    client: &kube::Client,
+    job: &TrainJob,
+) -> Result<RuntimeObject, SnapshotError> {
     check_supported(job)?;
     let r = &job.spec.runtime_ref;
     let ns = job.metadata.namespace.as_deref().unwrap_or_default();
     let api_err = |what: String| move |source| SnapshotError::Api { what, source };
     if r.kind.as_deref() == Some(TRAINING_RUNTIME_KIND) {
         let api: Api<TrainingRuntime> = Api::namespaced(client.clone(), ns);
-        let mut rt = api.get_opt(&r.name).await.map_err(api_err(format!("TrainingRuntime {ns}/{}", r.name)))?.ok_or_else(
-            || SnapshotError::NotFound(format!("TrainingRuntime specified in TrainJob is not found: {ns}/{}", r.name)),
-        )?;
+        let mut rt = api
+            .get_opt(&r.name)
+            .await
+            .map_err(api_err(format!("TrainingRuntime {ns}/{}", r.name)))?
+            .ok_or_else(|| {
+                SnapshotError::NotFound(format!(
+                    "TrainingRuntime specified in TrainJob is not found: {ns}/{}",
+                    r.name
+                ))
+            })?;
         rt.metadata.managed_fields = None;
         Ok(RuntimeObject::Namespaced(rt))
     } else {
         let api: Api<ClusterTrainingRuntime> = Api::all(client.clone());
-        let mut rt = api.get_opt(&r.name).await.map_err(api_err(format!("ClusterTrainingRuntime {}", r.name)))?.ok_or_else(
-            || SnapshotError::NotFound(format!("not found ClusterTrainingRuntime specified in TrainJob: {}", r.name)),
-        )?;
+        let mut rt = api
+            .get_opt(&r.name)
+            .await
+            .map_err(api_err(format!("ClusterTrainingRuntime {}", r.name)))?
+            .ok_or_else(|| {
+                SnapshotError::NotFound(format!(
+                    "not found ClusterTrainingRuntime specified in TrainJob: {}",
+                    r.name
+                ))
+            })?;
         rt.metadata.managed_fields = None;
         Ok(RuntimeObject::Cluster(rt))
     }
@@ -122,11 +155,19 @@ pub async fn live_runtime(client: &kube::Client, job: &TrainJob) -> Result<Runti
 /// Read the snapshot straight from the API server (used when the watch
 /// cache does not have it, so a stale cache never re-snapshots a changed
 /// runtime).
-pub async fn get_snapshot(client: &kube::Client, job: &TrainJob) -> Result<Option<ConfigMap>, SnapshotError> {
+pub async fn get_snapshot(
+    client: &kube::Client,
+    job: &TrainJob,
+) -> Result<Option<ConfigMap>, SnapshotError> {
     let ns = job.metadata.namespace.as_deref().unwrap_or_default();
     let name = snapshot_name(job.metadata.name.as_deref().unwrap_or_default());
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    api.get_opt(&name).await.map_err(|source| SnapshotError::Api { what: format!("ConfigMap {ns}/{name}"), source })
+    api.get_opt(&name)
+        .await
+        .map_err(|source| SnapshotError::Api {
+            what: format!("ConfigMap {ns}/{name}"),
+            source,
+        })
 }
 
 #[cfg(test)]
@@ -147,7 +188,11 @@ mod tests {
     fn cm(owner: &str, runtime: &str) -> ConfigMap {
         ConfigMap {
             metadata: ObjectMeta {
-                owner_references: Some(vec![OwnerReference { uid: owner.into(), controller: Some(true), ..Default::default() }]),
+                owner_references: Some(vec![OwnerReference {
+                    uid: owner.into(),
+                    controller: Some(true),
+                    ..Default::default()
+                }]),
                 ..Default::default()
             },
             data: Some([("runtime".to_string(), runtime.to_string())].into()),
@@ -163,17 +208,34 @@ mod tests {
         assert_eq!(rt.kind(), "TrainingRuntime");
         assert_eq!(rt.name(), "rt");
         let e = from_snapshot(&job(Some("TrainingRuntime")), &cm("other", RT)).unwrap_err();
-        assert_eq!(e.to_string(), "invalid runtime snapshot: a snapshot configmap exists but is owned by another object");
+        assert_eq!(
+            e.to_string(),
+            "invalid runtime snapshot: a snapshot configmap exists but is owned by another object"
+        );
         let e = from_snapshot(&job(Some("ClusterTrainingRuntime")), &cm("u1", RT)).unwrap_err();
-        assert!(e.to_string().contains("runtimeRef is ClusterTrainingRuntime"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("runtimeRef is ClusterTrainingRuntime"),
+            "{e}"
+        );
         let e = from_snapshot(&job(Some("TrainingRuntime")), &cm("u1", "{not yaml")).unwrap_err();
-        assert!(e.to_string().starts_with("invalid runtime snapshot: runtime YAML"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("invalid runtime snapshot: runtime YAML"),
+            "{e}"
+        );
     }
 
     #[test]
     fn unsupported_kinds_are_named() {
         let e = check_supported(&job(Some("Pod"))).unwrap_err();
-        assert_eq!(e.to_string(), "unsupported runtime: Pod.trainer.kubeflow.org");
-        assert!(check_supported(&job(None)).is_ok(), "defaults to ClusterTrainingRuntime");
+        assert_eq!(
+            e.to_string(),
+            "unsupported runtime: Pod.trainer.kubeflow.org"
+        );
+        assert!(
+            check_supported(&job(None)).is_ok(),
+            "defaults to ClusterTrainingRuntime"
+        );
     }
 }

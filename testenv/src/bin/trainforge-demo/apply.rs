@@ -67,7 +67,10 @@ pub(crate) fn is_trainjob(doc: &Value) -> bool {
 
 /// Apply `docs` in order (failures are reported); returns the TrainJobs
 /// applied as `(namespace, name)`.
-pub(crate) async fn apply_docs(client: &kube::Client, docs: &[(PathBuf, Value)]) -> Vec<(String, String)> {
+pub(crate) async fn apply_docs(
+    client: &kube::Client,
+    docs: &[(PathBuf, Value)],
+) -> Vec<(String, String)> {
     let mut trainjobs = Vec::new();
     for (file, doc) in docs {
         let what = describe(doc);
