@@ -15,6 +15,10 @@
 //!    `precompile_compatibility_hash`, and wasmtime itself rejects artifacts
 //!    of another version or configuration.
 //!
+//! [`compile_isolated`] is the other `unsafe` call: it compiles on a
+//! short-lived engine and hands the artifact to the long-lived one, so the
+//! compiler's scratch memory is freed with the short-lived engine.
+//!
 //! The checksum guards against accidents, not attackers: whoever can write
 //! the artifact can write its sidecar too, with any hash. What keeps
 //! attackers out is the directory itself — only the operator writes into it
@@ -24,9 +28,10 @@
 //! the same bytes at memory speed.
 
 use std::fs::File;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
-use wasmtime::Engine;
 use wasmtime::component::Component;
+use wasmtime::{Config, Engine};
 use xxhash_rust::xxh3::xxh3_128;
 
 /// Why an artifact could not be loaded. Callers fall back to compiling.
@@ -114,4 +119,54 @@ pub fn load(engine: &Engine, dir: &Path, key: &str) -> Result<Component, LoadErr
     #[allow(unsafe_code)]
     let component = unsafe { Component::deserialize_file(engine, &path) };
     component.map_err(|e| LoadError::Rejected(e.to_string()))
+}
+
+/// How [`compile_isolated`] compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compiled {
+    /// On a short-lived engine whose scratch memory is gone now.
+    Isolated,
+    /// On the long-lived engine itself (the short-lived one was not
+    /// compatible); its compiler keeps its scratch memory.
+    InPlace,
+}
+
+fn compatibility(engine: &Engine) -> u64 {
+    let mut h = DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut h);
+    h.finish()
+}
+
+/// Compile component `bytes` for `engine` on a fresh engine built from
+/// `compiler_config`, then load the artifact into `engine`. Returns the
+/// component and its artifact (for [`store`]).
+///
+/// Why: Cranelift keeps a pool of compilation contexts (register allocator
+/// arenas of tens of MB each) in the engine for as long as it lives. An
+/// operator that compiled its plugins on the engine it runs them on kept
+/// ~270 MB of compiler scratch for its whole life; compiled here, that
+/// memory goes with the short-lived engine. When the two engines do not
+/// agree on `precompile_compatibility_hash` the component is compiled on
+/// `engine` directly (same result, more memory kept).
+pub fn compile_isolated(
+    engine: &Engine,
+    compiler_config: &Config,
+    bytes: &[u8],
+) -> wasmtime::Result<(Component, Vec<u8>, Compiled)> {
+    let compiler = Engine::new(compiler_config)?;
+    if compatibility(&compiler) != compatibility(engine) {
+        drop(compiler);
+        let component = Component::new(engine, bytes)?;
+        let artifact = component.serialize()?;
+        return Ok((component, artifact, Compiled::InPlace));
+    }
+    let artifact = compiler.precompile_component(bytes)?;
+    drop(compiler);
+    // SAFETY: produced just now, in this process, by an engine of the same
+    // wasmtime build whose compatibility hash (version, compiler settings,
+    // tunables, features) equals `engine`'s, which is the precondition of
+    // `deserialize`; wasmtime re-checks version and configuration itself.
+    #[allow(unsafe_code)]
+    let component = unsafe { Component::deserialize(engine, &artifact) }?;
+    Ok((component, artifact, Compiled::Isolated))
 }

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::Mutex;
-use wasmtime::Engine;
 use wasmtime::component::Component;
+use wasmtime::{Config, Engine};
 
 /// Where a component came from on this load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +50,8 @@ pub(crate) struct ArtifactCache {
     dir: Option<PathBuf>,
     engine_hash: String,
     memory: Mutex<HashMap<String, Component>>,
+    /// Held while compiling (see `get_or_compile`).
+    compiling: Mutex<()>,
 }
 
 impl ArtifactCache {
@@ -58,6 +60,7 @@ impl ArtifactCache {
             dir,
             engine_hash: engine_hash(engine),
             memory: Mutex::new(HashMap::new()),
+            compiling: Mutex::new(()),
         }
     }
 
@@ -71,10 +74,12 @@ impl ArtifactCache {
     }
 
     /// Get the compiled component for `bytes` (digest `sha256`), compiling
-    /// and caching it if needed.
+    /// (on a short-lived engine built from `compiler_config`, see
+    /// [`trainforge_precompiled::compile_isolated`]) and caching it if needed.
     pub(crate) fn get_or_compile(
         &self,
         engine: &Engine,
+        compiler_config: &Config,
         sha256: &str,
         bytes: &[u8],
     ) -> Result<(Component, CacheOutcome), String> {
@@ -92,19 +97,30 @@ impl ArtifactCache {
                 Err(e) => tracing::warn!(key, error = %e, "ignoring cached artifact; recompiling"),
             }
         }
-        let component = if let Some(dir) = &self.dir {
-            let artifact = engine
-                .precompile_component(bytes)
+        // One compile at a time: Cranelift's memory grows with the functions
+        // compiled at once (tens of MB of register-allocator state each),
+        // and the plugin controller loads every changed plugin concurrently.
+        // Unbounded, an operator starting with a dozen plugins peaked at
+        // 1.8 GB; a module still compiles its functions in parallel.
+        let _one_at_a_time = self.compiling.lock().unwrap_or_else(|p| p.into_inner());
+        // Whoever held the lock may just have compiled this very module.
+        if let Some(c) = self.memory.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok((c, CacheOutcome::Memory));
+        }
+        let (component, artifact, how) =
+            trainforge_precompiled::compile_isolated(engine, compiler_config, bytes)
                 .map_err(|e| format!("{e:#}"))?;
-            if let Err(e) = trainforge_precompiled::store(dir, &key, &artifact) {
-                tracing::warn!(key, error = %e, "could not write artifact cache");
+        tracing::debug!(key, ?how, "compiled plugin");
+        let component = match &self.dir {
+            Some(dir) => {
+                if let Err(e) = trainforge_precompiled::store(dir, &key, &artifact) {
+                    tracing::warn!(key, error = %e, "could not write artifact cache");
+                }
+                // The mapped file shares the page cache; the component
+                // deserialised from memory holds a private copy.
+                trainforge_precompiled::load(engine, dir, &key).unwrap_or(component)
             }
-            match trainforge_precompiled::load(engine, dir, &key) {
-                Ok(c) => c,
-                Err(_) => Component::new(engine, bytes).map_err(|e| format!("{e:#}"))?,
-            }
-        } else {
-            Component::new(engine, bytes).map_err(|e| format!("{e:#}"))?
+            None => component,
         };
         self.remember(&key, &component);
         Ok((component, CacheOutcome::Compiled))

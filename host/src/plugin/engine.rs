@@ -230,6 +230,10 @@ pub(crate) fn deadline_ticks(timeout: Duration, tick: Duration) -> u64 {
 /// Keeps the engine alive together with the ticker.
 pub(crate) struct EngineHandle {
     pub(crate) engine: Engine,
+    /// Configuration of the short-lived engines components are compiled
+    /// on (the same code generation as `engine`, without its instance
+    /// pool): see [`trainforge_precompiled::compile_isolated`].
+    pub(crate) compiler_config: Config,
     /// Shared with every loaded plugin: deadlines keep working after the
     /// runtime itself is dropped.
     pub(crate) ticker: Arc<EpochTicker>,
@@ -241,6 +245,7 @@ impl EngineHandle {
         let ticker = EpochTicker::start(&engine, tick)?;
         Ok(EngineHandle {
             engine,
+            compiler_config: base_config(),
             ticker: Arc::new(ticker),
         })
     }
@@ -249,6 +254,40 @@ impl EngineHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Components are compiled on a short-lived engine (so Cranelift's
+    /// scratch memory does not live as long as the operator): that needs
+    /// the compiler configuration to produce artifacts the pooled engine
+    /// accepts, with and without the instance pool.
+    #[test]
+    fn components_compile_on_a_short_lived_engine() {
+        let empty_component = b"\0asm\x0d\0\x01\0";
+        for max_calls in [0, 8] {
+            let h = EngineHandle::new(Duration::from_millis(10), max_calls).unwrap();
+            let (_, artifact, how) = trainforge_precompiled::compile_isolated(
+                &h.engine,
+                &h.compiler_config,
+                empty_component,
+            )
+            .unwrap();
+            assert_eq!(
+                how,
+                trainforge_precompiled::Compiled::Isolated,
+                "max_calls {max_calls}"
+            );
+            assert!(!artifact.is_empty());
+        }
+        let h = EngineHandle::new(Duration::from_millis(10), 8).unwrap();
+        let mut other = base_config();
+        other.cranelift_opt_level(wasmtime::OptLevel::None);
+        let (_, _, how) =
+            trainforge_precompiled::compile_isolated(&h.engine, &other, empty_component).unwrap();
+        assert_eq!(
+            how,
+            trainforge_precompiled::Compiled::InPlace,
+            "an incompatible compiler is not used"
+        );
+    }
 
     #[test]
     fn ticks_cover_the_timeout() {

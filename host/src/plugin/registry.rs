@@ -243,7 +243,7 @@ impl PluginRuntime {
         let engine = &self.engine.engine;
         let (component, outcome) = self
             .cache
-            .get_or_compile(engine, &sha256, &src.bytes)
+            .get_or_compile(engine, &self.engine.compiler_config, &sha256, &src.bytes)
             .map_err(|m| load_failed(format!("compiling: {m}")))?;
 
         // Interface check from the component type (no instantiation needed).

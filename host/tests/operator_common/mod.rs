@@ -115,7 +115,22 @@ impl Operator {
             self.kubeconfig.clone(),
         );
         self.run(move |p| {
-            let bin = PathBuf::from(env!("CARGO_BIN_EXE_trainforge"));
+            let mut bin = PathBuf::from(env!("CARGO_BIN_EXE_trainforge"));
+            // Profiling hook: TRAINFORGE_E2E_OPERATOR_WRAPPER="heaptrack -o /tmp/op"
+            // runs the operator as `heaptrack -o /tmp/op trainforge operator ...`.
+            // A wrapper that forks (heaptrack does) leaves the operator
+            // outside the kill-on-parent-death chain: kill it after the run.
+            let mut args = args;
+            if let Ok(wrapper) = std::env::var("TRAINFORGE_E2E_OPERATOR_WRAPPER") {
+                let mut words: Vec<String> =
+                    wrapper.split_whitespace().map(str::to_owned).collect();
+                if !words.is_empty() {
+                    let real = std::mem::replace(&mut bin, PathBuf::from(words.remove(0)));
+                    words.push(real.to_string_lossy().into_owned());
+                    words.extend(args);
+                    args = words;
+                }
+            }
             let kc = kubeconfig.to_str().unwrap().to_owned();
             let env = [
                 ("KUBECONFIG", kc.as_str()),
