@@ -11,22 +11,10 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trainforge::plugin::{
-    Error, Limits, LoadedPlugin, PhaseInput, PluginRuntime, PluginSet, PluginSource, RuntimeConfig,
-    StaticObjects, sha256_hex,
+    Error, Limits, LoadedPlugin, PhaseInput, PluginRuntime, PluginSet, PluginSource, StaticObjects,
+    sha256_hex,
 };
 use trainforge_api::plugin::{Info, Phase};
-
-fn runtime() -> PluginRuntime {
-    let limits = Limits {
-        timeout: Duration::from_millis(300),
-        ..Limits::default()
-    };
-    PluginRuntime::new(RuntimeConfig {
-        limits,
-        ..RuntimeConfig::default()
-    })
-    .unwrap()
-}
 
 fn hostile(rt: &PluginRuntime, attack: &str, limits: Option<Limits>) -> LoadedPlugin {
     let bytes = std::fs::read(hostile_wasm()).unwrap();
@@ -85,7 +73,7 @@ fn attack(rt: &PluginRuntime, name: &str, limits: Option<Limits>) -> (Error, Dur
 
 #[test]
 fn infinite_loop_times_out() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     let (e, took) = attack(&rt, "loop", None);
     assert!(matches!(e, Error::Timeout { .. }), "{e}");
     assert!(took < Duration::from_secs(3), "stopped in {took:?}");
@@ -98,7 +86,7 @@ fn infinite_loop_times_out() {
 
 #[test]
 fn infinite_loop_in_enforce_times_out() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     let p = hostile(&rt, "loop-enforce", None);
     let e = p.enforce(Phase::EnforceMlPolicy, &input()).unwrap_err();
     assert_eq!(e.reason(), "Timeout", "{e}");
@@ -107,7 +95,7 @@ fn infinite_loop_in_enforce_times_out() {
 
 #[test]
 fn unbounded_allocation_hits_memory_limit() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     let (e, took) = attack(&rt, "alloc", None);
     assert!(matches!(e, Error::MemoryLimit { .. }), "{e}");
     assert!(took < Duration::from_secs(3), "{took:?}");
@@ -116,7 +104,7 @@ fn unbounded_allocation_hits_memory_limit() {
 
 #[test]
 fn panic_is_a_trap_with_message() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     let (e, _) = attack(&rt, "panic", None);
     assert!(matches!(e, Error::Trap { .. }), "{e}");
     assert!(
@@ -128,7 +116,7 @@ fn panic_is_a_trap_with_message() {
 
 #[test]
 fn hundred_megabytes_of_output_is_refused() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     // With the default 64 MiB cap the guest cannot even build the string.
     let (e, _) = attack(&rt, "huge-output", None);
     assert_eq!(e.reason(), "MemoryLimit", "{e}");
@@ -147,7 +135,7 @@ fn hundred_megabytes_of_output_is_refused() {
 
 #[test]
 fn invalid_json_is_invalid_output() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     let (e, _) = attack(&rt, "invalid-json", None);
     assert_eq!(e.reason(), "InvalidOutput", "{e}");
     let p = hostile(&rt, "bad-info", None);
@@ -161,7 +149,7 @@ fn invalid_json_is_invalid_output() {
 
 #[test]
 fn cluster_role_binding_is_forbidden_even_if_declared() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     let (e, _) = attack(&rt, "cluster-role-binding", None);
     assert!(matches!(e, Error::ForbiddenObject { .. }), "{e}");
     assert!(e.to_string().contains("ClusterRoleBinding"), "{e}");
@@ -170,7 +158,7 @@ fn cluster_role_binding_is_forbidden_even_if_declared() {
 
 #[test]
 fn secret_in_another_namespace_is_forbidden() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     let (e, _) = attack(&rt, "secret-other-namespace", None);
     assert!(matches!(e, Error::ForbiddenObject { .. }), "{e}");
     assert!(e.to_string().contains("kube-system"), "{e}");
@@ -179,7 +167,7 @@ fn secret_in_another_namespace_is_forbidden() {
 
 #[test]
 fn object_owned_by_another_trainjob_is_forbidden() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     let (e, _) = attack(&rt, "foreign-owner", None);
     assert!(matches!(e, Error::ForbiddenObject { .. }), "{e}");
     assert!(e.to_string().contains("someone-elses-job"), "{e}");
@@ -199,7 +187,7 @@ fn assert_blocked(rt: &PluginRuntime, name: &str) {
 
 #[test]
 fn file_env_socket_clock_are_denied() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     for a in ["file", "env", "socket", "clock"] {
         assert_blocked(&rt, a);
     }
@@ -208,7 +196,7 @@ fn file_env_socket_clock_are_denied() {
 
 #[test]
 fn host_imports_are_limited_to_declarations() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     // random-bytes without declaring and being granted `random`.
     assert_blocked(&rt, "random");
     // get-object of a kind not declared in `reads` (Secret), though it exists.
@@ -221,7 +209,7 @@ fn host_imports_are_limited_to_declarations() {
 
 #[test]
 fn corrupt_module_is_load_failed() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     let mut bytes = std::fs::read(minimal_wasm()).unwrap();
     let mid = bytes.len() / 2;
     for b in &mut bytes[mid..mid + 64] {
@@ -237,7 +225,7 @@ fn corrupt_module_is_load_failed() {
 
 #[test]
 fn wrong_sha256_is_digest_mismatch() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     let bytes = std::fs::read(minimal_wasm()).unwrap();
     let mut src = PluginSource::new("minimal.wasm", bytes.clone());
     src.sha256 = Some(sha256_hex(b"something else"));
@@ -250,7 +238,7 @@ fn wrong_sha256_is_digest_mismatch() {
 
 #[test]
 fn incompatible_interface_version_is_refused() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     let bytes = std::fs::read(incompatible_wasm()).unwrap();
     let e = rt
         .load(PluginSource::new("future.wasm", bytes))
@@ -262,7 +250,7 @@ fn incompatible_interface_version_is_refused() {
 
 #[test]
 fn concurrent_calls_are_isolated() {
-    let rt = Arc::new(runtime());
+    let rt = Arc::new(short_deadline_runtime());
     let looping = hostile(&rt, "loop", None);
     let t = std::thread::spawn(move || looping.build(&input()).unwrap_err().reason());
     assert_good_plugin_still_works(&rt);

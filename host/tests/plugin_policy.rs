@@ -11,22 +11,10 @@ use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use trainforge::plugin::{
-    CallObserver, FailurePolicy, Limits, LoadedPlugin, PluginRuntime, PluginSet, PluginSource,
+    CallObserver, FailurePolicy, LoadedPlugin, PluginRuntime, PluginSet, PluginSource,
     RuntimeConfig,
 };
 use trainforge_api::plugin::{Info, KindRef, Phase};
-
-fn runtime() -> PluginRuntime {
-    let limits = Limits {
-        timeout: Duration::from_millis(300),
-        ..Limits::default()
-    };
-    PluginRuntime::new(RuntimeConfig {
-        limits,
-        ..RuntimeConfig::default()
-    })
-    .unwrap()
-}
 
 fn minimal(rt: &PluginRuntime, edit: impl FnOnce(&mut PluginSource)) -> LoadedPlugin {
     let mut src = PluginSource::new("minimal.wasm", std::fs::read(minimal_wasm()).unwrap());
@@ -62,7 +50,7 @@ fn greeting_env(info: &Info) -> Vec<String> {
 
 #[test]
 fn ignored_failures_become_warnings_and_the_pass_goes_on() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     // build traps, enforce times out, status returns garbage: all ignored.
     for (attack, phase, reason) in [
         ("panic", "build", "Trap"),
@@ -102,7 +90,7 @@ fn ignored_failures_become_warnings_and_the_pass_goes_on() {
 
 #[test]
 fn fail_policy_stops_the_pass() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     let set = PluginSet::new(vec![
         hostile(&rt, "panic", FailurePolicy::Fail),
         minimal(&rt, |_| {}),
@@ -119,7 +107,7 @@ fn fail_policy_stops_the_pass() {
 
 #[test]
 fn validate_honours_the_failure_policy() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     // Bad config makes the minimal plugin's validate... succeed (it does not
     // read config there), so use its enforce error through reconcile and its
     // validate errors through validate, with the errors attributed.
@@ -153,7 +141,7 @@ fn validate_honours_the_failure_policy() {
 
 #[test]
 fn allowed_emits_narrow_what_the_plugin_declared() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     let narrowed = minimal(&rt, |s| {
         s.allowed_emits = Some(vec![KindRef::new("v1", "Secret")])
     });
@@ -185,7 +173,7 @@ fn allowed_emits_narrow_what_the_plugin_declared() {
 
 #[test]
 fn phases_narrow_what_is_called() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     let build_only = minimal(&rt, |s| s.phases = Some(vec![Phase::Build, Phase::Status]));
     assert!(build_only.implements(Phase::EnforceMlPolicy));
     assert!(!build_only.calls(Phase::EnforceMlPolicy));
@@ -291,7 +279,7 @@ fn runtime_and_sets_are_shared_across_threads() {
     assert_send_sync::<PluginSet>();
     assert_send_sync::<LoadedPlugin>();
 
-    let rt = Arc::new(runtime());
+    let rt = Arc::new(short_deadline_runtime());
     let set = PluginSet::new(vec![minimal(&rt, |_| {})]).unwrap();
     let threads: Vec<_> = (0..4)
         .map(|_| {
@@ -310,7 +298,7 @@ fn runtime_and_sets_are_shared_across_threads() {
 
 #[test]
 fn plugins_keep_their_deadline_after_the_runtime_is_dropped() {
-    let rt = runtime();
+    let rt = short_deadline_runtime();
     let p = hostile(&rt, "loop-enforce", FailurePolicy::Fail);
     drop(rt);
     let start = std::time::Instant::now();

@@ -24,14 +24,16 @@ use crate::host::{Host, HostError, LogLevel};
 use serde_json::Value;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use trainforge_api::plugin::{Info, KindRef, Phase, PluginError, Validation};
+use trainforge_api::plugin::{
+    Info, KindRef, ObjectKey, Phase, PluginError, Validation, object_key,
+};
 
 /// An in-memory [`Host`]: objects you put in, deterministic "random" bytes,
 /// and a record of log lines. Like the real host, it refuses reads of kinds
 /// not declared in `reads` (set by [`Harness`]).
 #[derive(Debug, Default)]
 pub struct MockHost {
-    objects: BTreeMap<(KindRef, String, String), Value>,
+    objects: BTreeMap<ObjectKey, Value>,
     reads: Option<Vec<KindRef>>,
     random_granted: bool,
     /// Log lines recorded, in order.
@@ -41,18 +43,7 @@ pub struct MockHost {
 impl MockHost {
     /// Add an object (JSON with apiVersion, kind, metadata.namespace/name).
     pub fn insert(&mut self, object: Value) {
-        let s = |p: &str| {
-            object
-                .pointer(p)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let kind = KindRef::new(s("/apiVersion"), s("/kind"));
-        self.objects.insert(
-            (kind, s("/metadata/namespace"), s("/metadata/name")),
-            object,
-        );
+        self.objects.insert(object_key(&object), object);
     }
 }
 

@@ -95,6 +95,27 @@ impl KindRef {
     }
 }
 
+/// Where an object lives: its kind, namespace (empty when cluster-scoped
+/// or absent) and name.
+pub type ObjectKey = (KindRef, String, String);
+
+/// The [`ObjectKey`] of an object given as JSON (`apiVersion`, `kind`,
+/// `metadata.namespace`, `metadata.name`; a missing field is empty).
+pub fn object_key(object: &serde_json::Value) -> ObjectKey {
+    let s = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    (
+        KindRef::new(s("/apiVersion"), s("/kind")),
+        s("/metadata/namespace"),
+        s("/metadata/name"),
+    )
+}
+
 impl fmt::Display for KindRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.api_version, self.kind)

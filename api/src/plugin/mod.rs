@@ -12,8 +12,8 @@ mod envelope;
 mod info;
 
 pub use envelope::{
-    Descriptor, FieldError, FieldErrorType, KindRef, Mutation, Phase, PluginError, Validation,
-    WIT_VERSION,
+    Descriptor, FieldError, FieldErrorType, KindRef, Mutation, ObjectKey, Phase, PluginError,
+    Validation, WIT_VERSION, object_key,
 };
 pub use info::{
     ANCESTOR_LABEL, Container, Info, InfoError, PodSet, RuntimePolicy, Scheduler, TemplateSpec,

@@ -13,7 +13,9 @@ use super::sandbox::{CallState, Grants, PluginContext};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use trainforge_api::plugin::{Descriptor, FieldError, Info, KindRef, Phase, WIT_VERSION};
+use trainforge_api::plugin::{
+    Descriptor, FieldError, Info, KindRef, ObjectKey, Phase, WIT_VERSION, object_key,
+};
 use wasmtime::component::{HasSelf, Linker};
 
 /// Read-only access to cluster objects for `host.get-object` (the
@@ -35,26 +37,12 @@ impl ObjectSource for NoObjects {
 
 /// A fixed set of objects (CLI dry runs, tests).
 #[derive(Debug, Default, Clone)]
-pub struct StaticObjects(BTreeMap<(KindRef, String, String), String>);
+pub struct StaticObjects(BTreeMap<ObjectKey, String>);
 
 impl StaticObjects {
     /// Add an object (uses its apiVersion, kind, namespace and name).
     pub fn insert(&mut self, object: &Value) {
-        let s = |p: &str| {
-            object
-                .pointer(p)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        self.0.insert(
-            (
-                KindRef::new(s("/apiVersion"), s("/kind")),
-                s("/metadata/namespace"),
-                s("/metadata/name"),
-            ),
-            object.to_string(),
-        );
+        self.0.insert(object_key(object), object.to_string());
     }
 }
 

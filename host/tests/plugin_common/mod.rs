@@ -106,3 +106,17 @@ pub fn runtime() -> serde_json::Value {
         }
     })
 }
+
+/// A plugin runtime with a 300 ms call deadline (hostile loops end fast).
+pub fn short_deadline_runtime() -> trainforge::plugin::PluginRuntime {
+    use trainforge::plugin::{Limits, PluginRuntime, RuntimeConfig};
+    let limits = Limits {
+        timeout: std::time::Duration::from_millis(300),
+        ..Limits::default()
+    };
+    PluginRuntime::new(RuntimeConfig {
+        limits,
+        ..RuntimeConfig::default()
+    })
+    .unwrap()
+}

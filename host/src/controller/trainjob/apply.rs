@@ -20,6 +20,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
 use serde_json::Value;
 use tracing::debug;
+use trainforge_api::plugin::{KindRef, ObjectKey, object_key};
 
 /// The SSA field manager upstream uses for every object of a TrainJob.
 pub const FIELD_MANAGER: &str = "trainer";
@@ -44,9 +45,6 @@ pub enum ApplyError {
     },
 }
 
-/// Identity of an applied object.
-type Key = (String, String, String, String);
-
 /// What happened to one object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -62,23 +60,7 @@ pub enum Outcome {
 /// resourceVersion the API server returned for it.
 #[derive(Debug, Default)]
 pub struct AppliedMemo {
-    seen: Mutex<HashMap<Key, (u64, String)>>,
-}
-
-fn key(object: &Value) -> Key {
-    let s = |p: &str| {
-        object
-            .pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    (
-        s("/apiVersion"),
-        s("/kind"),
-        s("/metadata/namespace"),
-        s("/metadata/name"),
-    )
+    seen: Mutex<HashMap<ObjectKey, (u64, String)>>,
 }
 
 fn digest(object: &Value) -> u64 {
@@ -93,25 +75,24 @@ impl AppliedMemo {
         let Ok(seen) = self.seen.lock() else {
             return false;
         };
-        seen.get(&key(object))
+        seen.get(&object_key(object))
             .is_some_and(|(h, r)| *h == digest(object) && r == rv)
     }
 
     fn record(&self, object: &Value, rv: Option<String>) {
         if let (Ok(mut seen), Some(rv)) = (self.seen.lock(), rv) {
-            seen.insert(key(object), (digest(object), rv));
+            seen.insert(object_key(object), (digest(object), rv));
         }
     }
 
-    /// Forget objects for which `exists(api_version, kind, namespace, name)`
-    /// is false (deleted, or of a kind no longer watched: the memo is only
+    /// Forget objects for which `exists(kind, namespace, name)` is false (deleted, or of a kind no longer watched: the memo is only
     /// consulted with a live object). Returns how many were dropped.
-    pub fn retain_existing(&self, exists: impl Fn(&str, &str, &str, &str) -> bool) -> usize {
+    pub fn retain_existing(&self, exists: impl Fn(&KindRef, &str, &str) -> bool) -> usize {
         let Ok(mut seen) = self.seen.lock() else {
             return 0;
         };
         let before = seen.len();
-        seen.retain(|(api_version, kind, ns, name), _| exists(api_version, kind, ns, name));
+        seen.retain(|(kind, ns, name), _| exists(kind, ns, name));
         before - seen.len()
     }
 
@@ -250,8 +231,9 @@ mod tests {
         memo.record(&cm("kept"), Some("1".into()));
         memo.record(&cm("gone"), Some("1".into()));
         assert_eq!(memo.len(), 2);
-        let dropped = memo
-            .retain_existing(|v, k, ns, name| (v, k, ns, name) == ("v1", "ConfigMap", "n", "kept"));
+        let dropped = memo.retain_existing(|k, ns, name| {
+            (k.api_version.as_str(), k.kind.as_str(), ns, name) == ("v1", "ConfigMap", "n", "kept")
+        });
         assert_eq!(dropped, 1);
         assert!(memo.matches(&cm("kept"), Some("1")));
         assert!(!memo.matches(&cm("gone"), Some("1")));

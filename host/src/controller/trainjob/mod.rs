@@ -35,7 +35,6 @@ use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
-use trainforge_api::plugin::KindRef;
 use trainforge_api::trainer::v1alpha1::TrainJob;
 
 use crate::controller::ops::metrics::Metrics;
@@ -161,11 +160,9 @@ impl Context {
     /// deleted TrainJobs get no reconcile, so without this the no-op memo
     /// and the failure counts would grow with every TrainJob ever seen.
     fn prune(&self, trainjob_exists: impl Fn(&ObjectRef<TrainJob>) -> bool) {
-        let objects = self.memo.retain_existing(|api_version, kind, ns, name| {
-            self.objects
-                .live(&KindRef::new(api_version, kind), ns, name)
-                .is_some()
-        });
+        let objects = self
+            .memo
+            .retain_existing(|kind, ns, name| self.objects.live(kind, ns, name).is_some());
         let failures = self.failures.lock().map_or(0, |mut f| {
             let before = f.len();
             f.retain(|r, _| trainjob_exists(r));
