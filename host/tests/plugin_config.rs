@@ -32,7 +32,7 @@ use kube::api::{
 use plugin_common::{incompatible_wasm, minimal_wasm};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use trainforge::controller::plugins::{self, Options, PluginCatalog};
+use trainforge::controller::catalog::{self, Options, PluginCatalog};
 use trainforge::plugin::{NoObjects, PluginRuntime, PluginSet, RuntimeConfig, sha256_hex};
 use trainforge::render::{Input, builtin_plugins, render};
 use trainforge_api::plugin::KindRef;
@@ -70,7 +70,7 @@ fn default_manifests() -> Vec<Value> {
 struct Operator {
     catalog: Arc<PluginCatalog>,
     stop: CancellationToken,
-    task: tokio::task::JoinHandle<Result<(), plugins::Error>>,
+    task: tokio::task::JoinHandle<Result<(), catalog::Error>>,
 }
 
 impl Operator {
@@ -87,7 +87,7 @@ impl Operator {
         let opts = Options {
             label_selector: Some(selector.to_owned()),
         };
-        let task = tokio::spawn(plugins::run_with(
+        let task = tokio::spawn(catalog::run_with(
             client.clone(),
             catalog.clone(),
             stop.clone(),

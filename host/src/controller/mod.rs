@@ -2,12 +2,13 @@
 //!
 //! - [`trainjob`]: the TrainJob controller (runtime snapshot → the pure
 //!   [`pipeline`](crate::pipeline) → server-side apply → status).
-//! - [`plugins`]: the `ClusterTrainerPlugin` controller that fetches,
-//!   verifies, compiles and hot-swaps the plugin set.
+//! - [`catalog`]: the `ClusterTrainerPlugin` controller that fetches,
+//!   verifies, compiles and hot-swaps the plugin set in service (the Wasm
+//!   runtime itself is [`crate::plugin`]).
 //! - [`ops`]: metrics, health endpoints, leader election, shutdown.
 //! - [`operator`]: `trainforge operator`, which wires them together.
 
+pub mod catalog;
 pub mod operator;
 pub mod ops;
-pub mod plugins;
 pub mod trainjob;

@@ -21,7 +21,7 @@ use trainforge_api::plugin::KindRef;
 use super::ops::health::{self, Readiness};
 use super::ops::leader::{LeaderElection, LeaderOptions};
 use super::ops::metrics::Metrics;
-use super::plugins::PluginCatalog;
+use super::catalog::PluginCatalog;
 use super::trainjob::{self, Context, FixedPlugins, ObjectCache, Plugins, Settings};
 use crate::plugin::{self, PluginRuntime, PluginSet, RuntimeConfig};
 
@@ -168,7 +168,7 @@ pub async fn run(
         (Arc::new(FixedPlugins(Arc::new(set))), None, None)
     } else {
         let catalog = Arc::new(PluginCatalog::new(runtime.clone(), objects.clone()));
-        let task = tokio::spawn(super::plugins::run(
+        let task = tokio::spawn(super::catalog::run(
             client.clone(),
             catalog.clone(),
             stop.clone(),

@@ -6,7 +6,7 @@ use super::bindings::{PluginPre, wit};
 use super::engine::{EpochTicker, Limits, deadline_ticks};
 use super::observe::{FailurePolicy, ObserverSlot};
 use super::output_check::{Owner, check_objects};
-use super::registry::ObjectSource;
+use super::source::ObjectSource;
 use super::sandbox::{CallState, PluginContext};
 use serde_json::Value;
 use std::collections::BTreeSet;

@@ -35,19 +35,20 @@ mod call;
 pub mod cli;
 mod engine;
 mod error;
+mod load;
 mod observe;
 pub mod output_check;
-mod registry;
 pub mod sample;
 mod sandbox;
+mod set;
+mod source;
 
 pub use cache::{CacheOutcome, sha256_hex};
 pub use call::{LoadedPlugin, PhaseInput, ValidateInput};
 pub use engine::{Limits, RuntimeConfig};
 pub use error::Error;
 pub use observe::{CallObserver, FailurePolicy};
-pub use registry::{
-    NoObjects, ObjectSource, PluginFieldError, PluginRuntime, PluginSet, PluginSource,
-    ReconcileOutput, StaticObjects, StatusOutput, ValidateOutput, wit_compatible,
-};
+pub use load::{PluginRuntime, wit_compatible};
+pub use set::{PluginFieldError, PluginSet, ReconcileOutput, StatusOutput, ValidateOutput};
+pub use source::{NoObjects, ObjectSource, PluginSource, StaticObjects};
 pub use sandbox::Grants;

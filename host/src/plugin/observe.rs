@@ -87,3 +87,48 @@ pub(crate) fn ignored_warning(plugin: &str, phase: &str, error: &super::Error) -
         error.reason()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ignored_warning_names_plugin_phase_and_reason() {
+        let e = super::super::Error::Timeout {
+            plugin: "p".into(),
+            phase: "build".into(),
+            limit_ms: 5,
+        };
+        let w = ignored_warning("p", "build", &e);
+        assert!(
+            w.contains("plugin p") && w.contains("build") && w.contains("Timeout"),
+            "{w}"
+        );
+    }
+
+    #[test]
+    fn observer_slot_notifies_the_current_observer() {
+        use std::sync::Mutex;
+        use std::time::Duration;
+        #[derive(Default)]
+        struct Count(Mutex<Vec<(String, Option<&'static str>)>>);
+        impl CallObserver for Count {
+            fn on_call(
+                &self,
+                plugin: &str,
+                _: &str,
+                _: Duration,
+                failure: Option<&'static str>,
+                _: usize,
+            ) {
+                self.0.lock().unwrap().push((plugin.to_owned(), failure));
+            }
+        }
+        let slot = ObserverSlot::new(None);
+        slot.notify("a", "build", Duration::ZERO, None, 0);
+        let c = Arc::new(Count::default());
+        slot.set(Some(c.clone()));
+        slot.notify("b", "build", Duration::ZERO, Some("Trap"), 0);
+        assert_eq!(*c.0.lock().unwrap(), vec![("b".to_owned(), Some("Trap"))]);
+    }
+}

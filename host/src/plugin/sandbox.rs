@@ -3,7 +3,7 @@
 
 use super::bindings::trainforge::plugin::{host, types as wit};
 use super::engine::Limits;
-use super::registry::ObjectSource;
+use super::source::ObjectSource;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use trainforge_api::plugin::KindRef;

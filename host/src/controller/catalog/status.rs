@@ -11,7 +11,7 @@ use trainforge_api::trainforge::v1alpha1::{
     condition, reason,
 };
 
-use super::catalog::{Entry, Stage};
+use super::state::{Entry, Stage};
 use super::{Error, FIELD_MANAGER};
 
 /// The status `entry` implies. Conditions whose status did not change keep
@@ -129,7 +129,7 @@ pub(crate) async fn write(
 
 #[cfg(test)]
 mod tests {
-    use super::super::catalog::Attempt;
+    use super::super::state::Attempt;
     use super::*;
 
     fn cond<'a>(s: &'a ClusterTrainerPluginStatus, t: &str) -> &'a Condition {

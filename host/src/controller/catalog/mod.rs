@@ -30,13 +30,13 @@
 //! reconcile (in-flight reconciles keep the set they started with) and
 //! watches [`PluginCatalog::kinds`].
 
-mod catalog;
 mod controller;
 pub mod fetch;
 pub mod spec;
+mod state;
 pub mod status;
 
-pub use catalog::PluginCatalog;
+pub use state::PluginCatalog;
 pub use controller::{Options, run, run_with};
 
 /// Field manager of the status writes.

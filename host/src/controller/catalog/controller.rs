@@ -16,7 +16,7 @@ use trainforge_api::trainforge::v1alpha1::{
     ClusterTrainerPlugin, ClusterTrainerPluginSpec, reason,
 };
 
-use super::catalog::{Attempt, PluginCatalog, Serving, Stage};
+use super::state::{Attempt, PluginCatalog, Serving, Stage};
 use super::fetch::{FetchError, Fetcher};
 use super::spec::{options, plugin_source};
 use super::{Error, status};

@@ -537,7 +537,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use crate::controller::plugins::fetch::find_builtin;
+    use crate::controller::catalog::fetch::find_builtin;
     use crate::plugin::{NoObjects, RuntimeConfig};
 
     fn catalog() -> PluginCatalog {

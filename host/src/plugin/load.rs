@@ -1,0 +1,321 @@
+//! Loading a plugin: digest pin → compile (or take from the artifact
+//! cache) → interface check → link → `describe` → [`LoadedPlugin`].
+
+use super::Error;
+use super::bindings::{Plugin as WitPlugin, PluginPre};
+use super::cache::{ArtifactCache, CacheOutcome, sha256_hex};
+use super::call::{CallEnv, Inner, LoadedPlugin, descriptor_from_wit, with_instance};
+use super::engine::{EngineHandle, RuntimeConfig};
+use super::observe::{CallObserver, ObserverSlot};
+use super::sandbox::{CallState, PluginContext};
+use super::source::PluginSource;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use trainforge_api::plugin::{Descriptor, Phase, WIT_VERSION};
+use wasmtime::component::{HasSelf, Linker};
+
+/// The plugin runtime: one engine (epoch ticker on its own thread), one
+/// linker, the artifact cache. Create once per process; `Send + Sync`, so
+/// share it as `Arc<PluginRuntime>` (loads and calls are synchronous: run
+/// them from `spawn_blocking`).
+pub struct PluginRuntime {
+    engine: EngineHandle,
+    linker: Linker<CallState>,
+    cache: ArtifactCache,
+    config: RuntimeConfig,
+    observer: Arc<ObserverSlot>,
+    /// Linked (`InstancePre`) components by cache key: linking type-checks
+    /// every import, so a reload of a known digest skips it.
+    linked: Mutex<HashMap<String, PluginPre<CallState>>>,
+}
+
+/// `major.minor` of a version string, for 0.x compatibility (a 0.x minor
+/// bump is breaking in semver; patches are additive).
+fn compat_line(v: &str) -> Option<(u64, u64)> {
+    let mut it = v.split(['.', '-', '+']);
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Whether a plugin built against `plugin` WIT can be served by this host.
+pub fn wit_compatible(plugin: &str) -> bool {
+    match (compat_line(plugin), compat_line(WIT_VERSION)) {
+        (Some((pm, pn)), Some((hm, hn))) if pm == 0 || hm == 0 => pm == hm && pn == hn,
+        (Some((pm, _)), Some((hm, _))) => pm == hm,
+        _ => false,
+    }
+}
+
+const GUEST_EXPORT: &str = "trainforge:plugin/guest@";
+const OUR_IMPORTS: [&str; 2] = ["trainforge:plugin/host@", "trainforge:plugin/types@"];
+
+impl PluginRuntime {
+    /// Create the runtime (engine, ticker thread, linker with deny-all WASI).
+    pub fn new(config: RuntimeConfig) -> Result<Self, Error> {
+        let engine = EngineHandle::new(config.epoch_tick, config.max_concurrent_calls)?;
+        let mut linker = Linker::<CallState>::new(&engine.engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| Error::Host(format!("linking WASI: {e:#}")))?;
+        WitPlugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
+            .map_err(|e| Error::Host(format!("linking host imports: {e:#}")))?;
+        let cache = ArtifactCache::new(&engine.engine, config.cache_dir.clone());
+        let observer = Arc::new(ObserverSlot::new(config.observer.clone()));
+        Ok(PluginRuntime {
+            engine,
+            linker,
+            cache,
+            config,
+            observer,
+            linked: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Set (or replace) the observer told about every guest call, for
+    /// plugins loaded before and after this call.
+    pub fn set_observer(&self, observer: Arc<dyn CallObserver>) {
+        self.observer.set(Some(observer));
+    }
+
+    /// The runtime configuration.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+
+    /// The wasmtime engine (for benchmarks).
+    pub fn engine(&self) -> &wasmtime::Engine {
+        &self.engine.engine
+    }
+
+    /// Drop compiled components held in memory (the disk cache stays).
+    pub fn clear_memory_cache(&self) {
+        self.cache.clear_memory();
+        if let Ok(mut m) = self.linked.lock() {
+            m.clear();
+        }
+    }
+
+    /// Verify, compile (or load from cache), check the interface, call
+    /// `describe`, and return a plugin ready to call.
+    pub fn load(&self, src: PluginSource) -> Result<LoadedPlugin, Error> {
+        self.load_traced(src).map(|(p, _)| p)
+    }
+
+    /// Like [`PluginRuntime::load`], also telling where the compiled code came from.
+    pub fn load_traced(&self, src: PluginSource) -> Result<(LoadedPlugin, CacheOutcome), Error> {
+        let label = src.label.clone();
+        let load_failed = |m: String| Error::LoadFailed {
+            plugin: label.clone(),
+            message: m,
+        };
+        if src.bytes.len() > self.config.max_component_bytes {
+            return Err(load_failed(format!(
+                "component is {} bytes; the limit is {}",
+                src.bytes.len(),
+                self.config.max_component_bytes
+            )));
+        }
+        let sha256 = sha256_hex(&src.bytes);
+        if let Some(expected) = &src.sha256 {
+            let expected = expected
+                .trim()
+                .trim_start_matches("sha256:")
+                .to_ascii_lowercase();
+            if expected != sha256 {
+                return Err(Error::DigestMismatch {
+                    plugin: label,
+                    expected,
+                    actual: sha256,
+                });
+            }
+        }
+        let engine = &self.engine.engine;
+        let (component, outcome) = self
+            .cache
+            .get_or_compile(engine, &self.engine.compiler_config, &sha256, &src.bytes)
+            .map_err(|m| load_failed(format!("compiling: {m}")))?;
+
+        // Interface check from the component type (no instantiation needed).
+        let ty = component.component_type();
+        let incompatible = |m: String| Error::IncompatibleInterface {
+            plugin: label.clone(),
+            message: m,
+        };
+        let exported: Vec<&str> = ty.exports(engine).map(|(n, _)| n).collect();
+        let guest = exported
+            .iter()
+            .find(|n| n.starts_with(GUEST_EXPORT))
+            .ok_or_else(|| {
+                incompatible(format!(
+                    "does not export {GUEST_EXPORT}{WIT_VERSION} (exports: {exported:?})"
+                ))
+            })?;
+        let version = &guest[GUEST_EXPORT.len()..];
+        if !wit_compatible(version) {
+            return Err(incompatible(format!(
+                "exports {guest}; this host serves trainforge:plugin@{WIT_VERSION} (0.{}.x)",
+                compat_line(WIT_VERSION).map_or(0, |v| v.1)
+            )));
+        }
+        for (name, _) in ty.imports(engine) {
+            let ours = OUR_IMPORTS.iter().any(|p| name.starts_with(p));
+            if ours && !wit_compatible(name.rsplit('@').next().unwrap_or_default()) {
+                return Err(incompatible(format!("imports {name}")));
+            }
+            if !ours && !name.starts_with("wasi:") {
+                return Err(incompatible(format!("imports unknown interface {name}")));
+            }
+        }
+        let key = self.cache.key(&sha256);
+        let cached_pre = self.linked.lock().ok().and_then(|m| m.get(&key).cloned());
+        let pre = match cached_pre {
+            Some(pre) => pre,
+            None => {
+                let pre = self
+                    .linker
+                    .instantiate_pre(&component)
+                    .map_err(|e| incompatible(format!("linking: {e:#}")))?;
+                let pre = PluginPre::new(pre)
+                    .map_err(|e| incompatible(format!("exports do not match the WIT: {e:#}")))?;
+                if let Ok(mut m) = self.linked.lock() {
+                    m.insert(key, pre.clone());
+                }
+                pre
+            }
+        };
+
+        let limits = src.limits.unwrap_or(self.config.limits);
+        let boot = CallEnv {
+            engine: engine.clone(),
+            tick: self.config.epoch_tick,
+            _ticker: self.engine.ticker.clone(),
+            pre,
+            ctx: Arc::new(PluginContext {
+                name: label.clone(),
+                reads: BTreeSet::new(),
+                random: false,
+                clock: false,
+                limits,
+            }),
+            objects: src.objects.clone(),
+            observer: self.observer.clone(),
+        };
+        let start = std::time::Instant::now();
+        let (described, high_water) = with_instance(&boot, "describe", |s, p| {
+            p.trainforge_plugin_guest().call_describe(s)
+        });
+        let descriptor = described
+            .map(descriptor_from_wit)
+            .and_then(|d| self.check_descriptor(&label, d));
+        let observed_name = descriptor
+            .as_ref()
+            .map_or(label.as_str(), |d| d.name.as_str());
+        self.observer.notify(
+            observed_name,
+            "describe",
+            start.elapsed(),
+            descriptor.as_ref().err().map(Error::reason),
+            high_water,
+        );
+        let descriptor = descriptor?;
+        let wants = |c: &str| descriptor.capabilities.iter().any(|x| x == c);
+        let ctx = Arc::new(PluginContext {
+            name: descriptor.name.clone(),
+            reads: descriptor.reads.iter().cloned().collect(),
+            random: wants("random") && src.grants.random,
+            clock: wants("clock") && src.grants.clock,
+            limits,
+        });
+        let emits = descriptor
+            .emits
+            .iter()
+            .filter(|k| {
+                src.allowed_emits
+                    .as_ref()
+                    .is_none_or(|allowed| allowed.contains(k))
+            })
+            .cloned()
+            .collect();
+        Ok((
+            LoadedPlugin {
+                inner: Arc::new(Inner {
+                    env: CallEnv { ctx, ..boot },
+                    descriptor,
+                    sha256,
+                    config: src.config,
+                    emits,
+                    failure_policy: src.failure_policy,
+                    phases: src.phases.map(|p| p.into_iter().collect()),
+                }),
+            },
+            outcome,
+        ))
+    }
+
+    /// The checks on what `describe` answered at load.
+    fn check_descriptor(&self, label: &str, descriptor: Descriptor) -> Result<Descriptor, Error> {
+        if !wit_compatible(&descriptor.wit_version) {
+            return Err(Error::IncompatibleInterface {
+                plugin: label.to_owned(),
+                message: format!(
+                    "describe() reports WIT version {:?}; this host serves {WIT_VERSION}",
+                    descriptor.wit_version
+                ),
+            });
+        }
+        if descriptor.name.is_empty() {
+            return Err(Error::invalid_output(
+                label,
+                Phase::Validate,
+                "describe() returned an empty name",
+            ));
+        }
+        for p in &descriptor.phases {
+            if Phase::parse(p).is_none() {
+                tracing::info!(plugin = %descriptor.name, phase = %p, "ignoring phase unknown to this host");
+            }
+        }
+        Ok(descriptor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wit_versions() {
+        assert!(wit_compatible("0.1.0"));
+        assert!(wit_compatible("0.1.7"));
+        assert!(!wit_compatible("0.2.0"));
+        assert!(!wit_compatible("9.0.0"));
+        assert!(!wit_compatible("garbage"));
+    }
+
+    #[test]
+    fn corrupt_module_is_load_failed() {
+        let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
+        let e = rt
+            .load(PluginSource::new("junk.wasm", b"\0asm garbage".to_vec()))
+            .unwrap_err();
+        assert_eq!(e.reason(), "LoadFailed", "{e}");
+        assert!(e.to_string().contains("junk.wasm"));
+    }
+
+    #[test]
+    fn runtime_set_and_plugin_are_send_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<PluginRuntime>();
+        assert_send_sync::<super::super::PluginSet>();
+        assert_send_sync::<LoadedPlugin>();
+        assert_send_sync::<PluginSource>();
+    }
+
+    #[test]
+    fn digest_is_checked_before_compiling() {
+        let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
+        let mut src = PluginSource::new("x.wasm", b"whatever".to_vec());
+        src.sha256 = Some("00".repeat(32));
+        assert_eq!(rt.load(src).unwrap_err().reason(), "DigestMismatch");
+    }
+}
