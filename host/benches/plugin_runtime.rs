@@ -15,7 +15,8 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use trainforge::plugin::{
-    CacheOutcome, PhaseInput, PluginRuntime, PluginSource, RuntimeConfig, ValidateInput, sample,
+    CacheOutcome, CallScope, Owner, PhaseInput, PluginRuntime, PluginSource, RuntimeConfig,
+    ValidateInput, sample,
 };
 use trainforge_api::plugin::Phase;
 
@@ -130,17 +131,19 @@ fn benches(c: &mut Criterion) {
         old_trainjob: None,
         info: input.info.clone(),
     };
+    let owner = Owner::from_stored(&trainjob).unwrap();
+    let scope = CallScope::of(&owner);
     let mut g = c.benchmark_group("call");
     g.sample_size(100).measurement_time(Duration::from_secs(5));
     g.bench_function("describe", |b| {
         b.iter(|| black_box(p.describe_fresh().unwrap()))
     });
     g.bench_function("enforce_ml_policy", |b| {
-        b.iter(|| black_box(p.enforce(Phase::EnforceMlPolicy, &input).unwrap()))
+        b.iter(|| black_box(p.enforce(Phase::EnforceMlPolicy, &input, &scope).unwrap()))
     });
-    g.bench_function("build", |b| b.iter(|| black_box(p.build(&input).unwrap())));
+    g.bench_function("build", |b| b.iter(|| black_box(p.build(&input, &owner).unwrap())));
     g.bench_function("validate", |b| {
-        b.iter(|| black_box(p.validate(&vinput).unwrap()))
+        b.iter(|| black_box(p.validate(&vinput, &scope).unwrap()))
     });
     g.finish();
 
@@ -151,19 +154,19 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             let mut cur = input.clone();
             for _ in 0..3 {
-                let m = p.enforce(Phase::EnforceMlPolicy, &cur).unwrap();
+                let m = p.enforce(Phase::EnforceMlPolicy, &cur, &scope).unwrap();
                 if let Some(i) = m.info {
                     cur.info = i;
                 }
             }
-            let mut objects = p.build(&cur).unwrap();
-            objects.extend(p.build(&cur).unwrap());
+            let mut objects = p.build(&cur, &owner).unwrap();
+            objects.extend(p.build(&cur, &owner).unwrap());
             let v = p
                 .validate(&ValidateInput {
                     trainjob: cur.trainjob.clone(),
                     old_trainjob: None,
                     info: cur.info.clone(),
-                })
+                }, &scope)
                 .unwrap();
             black_box((objects, v))
         })

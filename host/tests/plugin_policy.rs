@@ -23,10 +23,29 @@ fn minimal(rt: &PluginRuntime, edit: impl FnOnce(&mut PluginSource)) -> LoadedPl
 }
 
 fn hostile(rt: &PluginRuntime, attack: &str, policy: FailurePolicy) -> LoadedPlugin {
-    let mut src = PluginSource::new("hostile.wasm", std::fs::read(hostile_wasm()).unwrap());
-    src.config = json!({"attack": attack}).to_string();
+    hostile_with(rt, None, json!({"attack": attack}), policy)
+}
+
+fn hostile_with(
+    rt: &PluginRuntime,
+    descriptor: Option<serde_json::Value>,
+    config: serde_json::Value,
+    policy: FailurePolicy,
+) -> LoadedPlugin {
+    let bytes = match descriptor {
+        Some(d) => hostile_declaring(&d),
+        None => hostile_bytes(),
+    };
+    let mut src = PluginSource::new("hostile.wasm", bytes);
+    src.config = config.to_string();
     src.failure_policy = policy;
     rt.load(src).unwrap()
+}
+
+/// A hostile status plugin answering garbage.
+fn bad_status(rt: &PluginRuntime, policy: FailurePolicy) -> LoadedPlugin {
+    let d = json!({"phases": ["status"], "emits": []});
+    hostile_with(rt, Some(d), json!({"attack": "bad-status"}), policy)
 }
 
 fn info() -> Info {
@@ -52,13 +71,17 @@ fn greeting_env(info: &Info) -> Vec<String> {
 fn ignored_failures_become_warnings_and_the_pass_goes_on() {
     let rt = short_deadline_runtime();
     // build traps, enforce times out, status returns garbage: all ignored.
-    for (attack, phase, reason) in [
-        ("panic", "build", "Trap"),
-        ("loop-enforce", "enforce-ml-policy", "Timeout"),
-        ("foreign-owner", "build", "ForbiddenObject"),
+    let foreign_owner = json!({"emit": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm",
+        "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "name": "someone-elses-job", "uid": "other-uid", "controller": true}]}}]});
+    for (config, phase, reason) in [
+        (json!({"attack": "panic"}), "build", "Trap"),
+        (json!({"attack": "loop-enforce"}), "enforce-ml-policy", "Timeout"),
+        (foreign_owner, "build", "ForbiddenObject"),
     ] {
+        let attack = config.to_string();
         let set = PluginSet::new(vec![
-            hostile(&rt, attack, FailurePolicy::Ignore),
+            hostile_with(&rt, None, config, FailurePolicy::Ignore),
             minimal(&rt, |_| {}),
         ])
         .unwrap();
@@ -77,7 +100,7 @@ fn ignored_failures_become_warnings_and_the_pass_goes_on() {
             "{attack}: {w}"
         );
     }
-    let set = PluginSet::new(vec![hostile(&rt, "bad-status", FailurePolicy::Ignore)]).unwrap();
+    let set = PluginSet::new(vec![bad_status(&rt, FailurePolicy::Ignore)]).unwrap();
     let s = set.status_report(&trainjob(), &info()).unwrap();
     assert_eq!(s.status, None);
     assert!(
@@ -98,7 +121,7 @@ fn fail_policy_stops_the_pass() {
     .unwrap();
     let e = set.reconcile(&trainjob(), &info()).unwrap_err();
     assert_eq!(e.reason(), "Trap", "{e}");
-    let set = PluginSet::new(vec![hostile(&rt, "bad-status", FailurePolicy::Fail)]).unwrap();
+    let set = PluginSet::new(vec![bad_status(&rt, FailurePolicy::Fail)]).unwrap();
     assert_eq!(
         set.status(&trainjob(), &info()).unwrap_err().reason(),
         "InvalidOutput"
@@ -246,10 +269,13 @@ fn the_observer_sees_every_guest_call() {
         .unwrap()
         .reconcile(&trainjob(), &info())
         .unwrap();
-    let _ = h.build(&trainforge::plugin::PhaseInput {
-        trainjob: trainjob().to_string(),
-        info: "{}".into(),
-    });
+    let _ = h.build(
+        &trainforge::plugin::PhaseInput {
+            trainjob: trainjob().to_string(),
+            info: "{}".into(),
+        },
+        &trainforge::plugin::Owner::from_stored(&trainjob()).unwrap(),
+    );
     let calls = recorder.0.lock().unwrap().clone();
     let phases: Vec<(&str, &str, Option<&str>)> = calls[2..]
         .iter()

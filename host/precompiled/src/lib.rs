@@ -18,6 +18,8 @@
 //! [`compile_isolated`] is the other `unsafe` call: it compiles on a
 //! short-lived engine and hands the artifact to the long-lived one, so the
 //! compiler's scratch memory is freed with the short-lived engine.
+//! [`from_worker_artifact`] loads what the operator's own compile worker
+//! (a child process of the same executable) produced.
 //!
 //! The checksum guards against accidents, not attackers: whoever can write
 //! the artifact can write its sidecar too, with any hash. What keeps
@@ -169,4 +171,20 @@ pub fn compile_isolated(
     #[allow(unsafe_code)]
     let component = unsafe { Component::deserialize(engine, &artifact) }?;
     Ok((component, artifact, Compiled::Isolated))
+}
+
+/// Load an artifact the operator's compile worker produced: a child
+/// process running this same executable, which called
+/// `Engine::precompile_component` with the operator's code-generation
+/// configuration and wrote the bytes to a private temporary directory the
+/// parent created. Artifacts of another wasmtime version or configuration
+/// are rejected by wasmtime's own compatibility check.
+pub fn from_worker_artifact(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: the bytes are the output of `precompile_component` of the same
+    // wasmtime build (the worker is this executable, started by the caller
+    // with a path only it knows); wasmtime verifies the version and
+    // configuration recorded in the artifact before using it.
+    #[allow(unsafe_code)]
+    let component = unsafe { Component::deserialize(engine, artifact) };
+    component
 }

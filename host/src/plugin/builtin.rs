@@ -9,6 +9,7 @@
 
 use super::{Error, Grants, LoadedPlugin, ObjectSource, PluginRuntime, PluginSource};
 use std::sync::Arc;
+use trainforge_api::plugin::KindRef;
 
 /// One embedded plugin component.
 #[derive(Debug, Clone, Copy)]
@@ -26,40 +27,89 @@ pub fn all() -> &'static [BuiltinPlugin] {
     BUILTIN_PLUGINS
 }
 
-impl BuiltinPlugin {
-    /// A [`PluginSource`] for this builtin (default config, no grants).
-    pub fn source(&self) -> PluginSource {
-        PluginSource::new(
-            format!("builtin:{}", self.crate_name),
-            Arc::<[u8]>::from(self.wasm),
-        )
+/// The plugin name a builtin uses (its crate name without `plugin-`).
+pub fn plugin_name(crate_name: &str) -> &str {
+    crate_name.strip_prefix("plugin-").unwrap_or(crate_name)
+}
+
+/// Names reserved for the builtin plugins: a component that is not one of
+/// them may not describe itself with any of these names.
+pub fn names() -> Vec<String> {
+    all()
+        .iter()
+        .map(|b| plugin_name(b.crate_name).to_owned())
+        .collect()
+}
+
+/// What a builtin plugin needs beyond the defaults to do what upstream does
+/// (the shipped `ClusterTrainerPlugin`s grant exactly this).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BuiltinNeeds {
+    /// `host.random-bytes` (MPI's SSH keys).
+    pub random: bool,
+    /// Kinds it reads that need an explicit `allowedReads` (Secrets,
+    /// cluster-scoped kinds); `None` when it needs no list.
+    pub allowed_reads: Option<Vec<KindRef>>,
+}
+
+/// What the builtin plugin called `name` (`torch` or `plugin-torch`) needs.
+pub fn needs(name: &str) -> BuiltinNeeds {
+    match plugin_name(name) {
+        "mpi" => BuiltinNeeds {
+            random: true,
+            allowed_reads: Some(vec![KindRef::new("v1", "Secret")]),
+        },
+        "volcano" => BuiltinNeeds {
+            random: false,
+            allowed_reads: Some(vec![
+                KindRef::new("scheduling.volcano.sh/v1beta1", "PodGroup"),
+                KindRef::new("scheduling.k8s.io/v1", "PriorityClass"),
+            ]),
+        },
+        _ => BuiltinNeeds::default(),
     }
 }
 
-/// Load every builtin plugin.
-pub fn load_all(rt: &PluginRuntime) -> Result<Vec<super::LoadedPlugin>, Error> {
-    all().iter().map(|b| rt.load(b.source())).collect()
+impl BuiltinPlugin {
+    /// A [`PluginSource`] for this builtin (default config, no grants).
+    pub fn source(&self) -> PluginSource {
+        let mut src = PluginSource::new(
+            format!("builtin:{}", self.crate_name),
+            Arc::<[u8]>::from(self.wasm),
+        );
+        src.builtin = true;
+        src
+    }
+
+    /// A [`PluginSource`] with exactly what this builtin needs granted
+    /// ([`needs`]).
+    pub fn trusted_source(&self) -> PluginSource {
+        let needs = needs(self.crate_name);
+        let mut src = self.source();
+        src.grants = Grants {
+            random: needs.random,
+            ..Grants::default()
+        };
+        src.allowed_reads = needs.allowed_reads;
+        src
+    }
 }
 
-/// Load every builtin plugin trusted with the capabilities it declares (e.g.
-/// MPI's `random`), reading cluster objects from `objects` (`None`: no
-/// objects, as in `render`). Each is loaded twice: once to read what it
-/// declares, once with the grants (the second load hits the memory cache).
+/// Load every builtin plugin with what it needs granted ([`needs`]),
+/// reading cluster objects from `objects` (`None`: no objects, as in
+/// `render`).
 pub fn load_trusted(
     rt: &PluginRuntime,
     objects: Option<Arc<dyn ObjectSource>>,
 ) -> Result<Vec<LoadedPlugin>, Error> {
-    let mut loaded = Vec::new();
-    for b in all() {
-        let probe = rt.load(b.source())?;
-        let (grants, _unknown) =
-            Grants::from_names(probe.descriptor().capabilities.iter().map(String::as_str));
-        let mut src = b.source();
-        src.grants = grants;
-        if let Some(objects) = &objects {
-            src.objects = objects.clone();
-        }
-        loaded.push(rt.load(src)?);
-    }
-    Ok(loaded)
+    all()
+        .iter()
+        .map(|b| {
+            let mut src = b.trusted_source();
+            if let Some(objects) = &objects {
+                src.objects = objects.clone();
+            }
+            rt.load(src)
+        })
+        .collect()
 }

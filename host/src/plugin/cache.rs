@@ -6,9 +6,9 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
+use wasmtime::Engine;
 use wasmtime::component::Component;
-use wasmtime::{Config, Engine};
 
 /// Where a component came from on this load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,22 +45,59 @@ pub(crate) fn engine_hash(engine: &Engine) -> String {
     hex::encode(h.0.finalize())
 }
 
+/// Counting permits (compilations running at once).
+struct Permits {
+    free: Mutex<usize>,
+    returned: Condvar,
+}
+
+struct Permit<'a>(&'a Permits);
+
+impl Permits {
+    fn new(n: usize) -> Self {
+        Permits {
+            free: Mutex::new(n.max(1)),
+            returned: Condvar::new(),
+        }
+    }
+
+    fn acquire(&self) -> Permit<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free == 0 {
+            free = self
+                .returned
+                .wait(free)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        *free -= 1;
+        Permit(self)
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        let mut free = self.0.free.lock().unwrap_or_else(|p| p.into_inner());
+        *free += 1;
+        self.0.returned.notify_one();
+    }
+}
+
 /// The compiled-component cache.
 pub(crate) struct ArtifactCache {
     dir: Option<PathBuf>,
     engine_hash: String,
     memory: Mutex<HashMap<String, Component>>,
-    /// Held while compiling (see `get_or_compile`).
-    compiling: Mutex<()>,
+    /// Compilations that may run at once (see `get_or_compile`).
+    compiling: Permits,
 }
 
 impl ArtifactCache {
-    pub(crate) fn new(engine: &Engine, dir: Option<PathBuf>) -> Self {
+    pub(crate) fn new(engine: &Engine, dir: Option<PathBuf>, parallel_compiles: usize) -> Self {
         ArtifactCache {
             dir,
             engine_hash: engine_hash(engine),
             memory: Mutex::new(HashMap::new()),
-            compiling: Mutex::new(()),
+            compiling: Permits::new(parallel_compiles),
         }
     }
 
@@ -73,16 +110,16 @@ impl ArtifactCache {
         )
     }
 
-    /// Get the compiled component for `bytes` (digest `sha256`), compiling
-    /// (on a short-lived engine built from `compiler_config`, see
-    /// [`trainforge_precompiled::compile_isolated`]) and caching it if needed.
-    pub(crate) fn get_or_compile(
+    /// Get the compiled component for `bytes` (digest `sha256`): from
+    /// memory, from a disk artifact, or by calling `compile` (which returns
+    /// the component and its artifact) and caching the result.
+    pub(crate) fn get_or_compile<E>(
         &self,
         engine: &Engine,
-        compiler_config: &Config,
         sha256: &str,
         bytes: &[u8],
-    ) -> Result<(Component, CacheOutcome), String> {
+        compile: impl FnOnce(&[u8]) -> Result<(Component, Vec<u8>), E>,
+    ) -> Result<(Component, CacheOutcome), E> {
         let key = self.key(sha256);
         if let Some(c) = self.memory.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok((c, CacheOutcome::Memory));
@@ -97,20 +134,16 @@ impl ArtifactCache {
                 Err(e) => tracing::warn!(key, error = %e, "ignoring cached artifact; recompiling"),
             }
         }
-        // One compile at a time: Cranelift's memory grows with the functions
-        // compiled at once (tens of MB of register-allocator state each),
-        // and the plugin controller loads every changed plugin concurrently.
-        // Unbounded, an operator starting with a dozen plugins peaked at
-        // 1.8 GB; a module still compiles its functions in parallel.
-        let _one_at_a_time = self.compiling.lock().unwrap_or_else(|p| p.into_inner());
-        // Whoever held the lock may just have compiled this very module.
+        // A bounded number of compilations at once: in process, Cranelift's
+        // memory grows with the functions compiled at once (an operator
+        // starting with a dozen plugins compiled together peaked at 1.8 GB);
+        // in children, each is capped but still costs a core.
+        let _permit = self.compiling.acquire();
+        // Whoever held a permit may just have compiled this very module.
         if let Some(c) = self.memory.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok((c, CacheOutcome::Memory));
         }
-        let (component, artifact, how) =
-            trainforge_precompiled::compile_isolated(engine, compiler_config, bytes)
-                .map_err(|e| format!("{e:#}"))?;
-        tracing::debug!(key, ?how, "compiled plugin");
+        let (component, artifact) = compile(bytes)?;
         let component = match &self.dir {
             Some(dir) => {
                 if let Err(e) = trainforge_precompiled::store(dir, &key, &artifact) {
@@ -124,6 +157,33 @@ impl ArtifactCache {
         };
         self.remember(&key, &component);
         Ok((component, CacheOutcome::Compiled))
+    }
+
+    /// Forget the component with cache key `key`, in memory and on disk
+    /// (it was refused after compiling: keep nothing of it).
+    pub(crate) fn evict(&self, key: &str) {
+        if let Ok(mut m) = self.memory.lock() {
+            m.remove(key);
+        }
+        if let Some(dir) = &self.dir {
+            let (artifact, sidecar) = trainforge_precompiled::paths(dir, key);
+            for p in [sidecar, artifact] {
+                if let Err(e) = std::fs::remove_file(&p)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!(path = %p.display(), error = %e, "could not evict cached artifact");
+                }
+            }
+        }
+    }
+
+    /// Whether a component with cache key `key` is cached (memory or disk).
+    pub(crate) fn contains(&self, key: &str) -> bool {
+        self.memory.lock().is_ok_and(|m| m.contains_key(key))
+            || self
+                .dir
+                .as_ref()
+                .is_some_and(|d| trainforge_precompiled::paths(d, key).0.exists())
     }
 
     fn remember(&self, key: &str, c: &Component) {

@@ -3,11 +3,13 @@
 
 use super::Error;
 use super::bindings::{PluginPre, wit};
+use super::bounded::{self, MAX_FIELD_ERRORS, MAX_WARNINGS};
 use super::engine::{EpochTicker, Limits, deadline_ticks};
 use super::observe::{FailurePolicy, ObserverSlot};
 use super::output_check::{Owner, check_objects};
+use super::pod_policy::PodGrants;
+use super::sandbox::{CallScope, CallState, PluginContext, WaitDenied};
 use super::source::ObjectSource;
-use super::sandbox::{CallState, PluginContext};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -50,8 +52,13 @@ pub(crate) struct Inner {
     pub(crate) descriptor: Descriptor,
     pub(crate) sha256: String,
     pub(crate) config: String,
-    /// Declared `emits`, narrowed by the configuration's `allowed_emits`.
+    /// Kinds `build` may return: declared `emits`, narrowed by the
+    /// administrator and checked against the host-wide rules at load.
     pub(crate) emits: BTreeSet<KindRef>,
+    /// Pod privileges the plugin may add beyond the baseline level.
+    pub(crate) pod_grants: PodGrants,
+    /// Whether the component is one of the binary's builtin plugins.
+    pub(crate) builtin: bool,
     pub(crate) failure_policy: FailurePolicy,
     /// Phases the configuration allows (`None` = all implemented).
     pub(crate) phases: Option<BTreeSet<Phase>>,
@@ -79,12 +86,14 @@ impl std::fmt::Debug for LoadedPlugin {
     }
 }
 
+/// A plugin's error, its message sanitised and bounded.
 fn plugin_error(e: wit::PluginError) -> PluginError {
+    let m = |s: String| bounded::message(&s);
     match e {
-        wit::PluginError::InvalidConfig(m) => PluginError::InvalidConfig(m),
-        wit::PluginError::InvalidInput(m) => PluginError::InvalidInput(m),
-        wit::PluginError::Unavailable(m) => PluginError::Unavailable(m),
-        wit::PluginError::Internal(m) => PluginError::Internal(m),
+        wit::PluginError::InvalidConfig(s) => PluginError::InvalidConfig(m(s)),
+        wit::PluginError::InvalidInput(s) => PluginError::InvalidInput(m(s)),
+        wit::PluginError::Unavailable(s) => PluginError::Unavailable(m(s)),
+        wit::PluginError::Internal(s) => PluginError::Internal(m(s)),
     }
 }
 
@@ -116,16 +125,18 @@ pub(crate) fn descriptor_from_wit(d: wit::Descriptor) -> Descriptor {
 pub(crate) fn with_instance<R>(
     env: &CallEnv,
     phase: &str,
+    scope: &CallScope,
+    timeout: Duration,
     f: impl FnOnce(&mut Store<CallState>, &super::bindings::Plugin) -> wasmtime::Result<R>,
 ) -> (Result<R, Error>, usize) {
     let ctx = &env.ctx;
     let limits: Limits = ctx.limits;
     let mut store = Store::new(
         &env.engine,
-        CallState::new(ctx.clone(), env.objects.clone()),
+        CallState::new(ctx.clone(), env.objects.clone(), scope.clone()),
     );
     store.limiter(|s| &mut s.limiter);
-    store.set_epoch_deadline(deadline_ticks(limits.timeout, env.tick));
+    store.set_epoch_deadline(deadline_ticks(timeout, env.tick));
     store.epoch_deadline_trap();
     let result = match env.pre.instantiate(&mut store) {
         Ok(instance) => f(&mut store, &instance),
@@ -158,17 +169,24 @@ pub(crate) fn with_instance<R>(
             return Error::Timeout {
                 plugin: ctx.name.clone(),
                 phase: phase.to_owned(),
-                limit_ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
+                limit_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            };
+        }
+        if state.waited || e.downcast_ref::<WaitDenied>().is_some() {
+            return Error::Trap {
+                plugin: ctx.name.clone(),
+                phase: phase.to_owned(),
+                message: WaitDenied.to_string(),
             };
         }
         let stderr = state.stderr_text();
         let mut message = match e.downcast_ref::<Trap>() {
             Some(t) => t.to_string(),
-            None => format!("{e:#}"),
+            None => bounded::message(&format!("{e:#}")),
         };
         if !stderr.is_empty() {
             message.push_str("; stderr: ");
-            message.push_str(&stderr);
+            message.push_str(&bounded::message(&stderr));
         }
         Error::Trap {
             plugin: ctx.name.clone(),
@@ -206,9 +224,24 @@ impl LoadedPlugin {
     }
 
     /// The kinds `build` may return: declared `emits` narrowed by the
-    /// configuration's `allowed_emits`.
+    /// administrator and checked against the host-wide rules.
     pub fn allowed_emits(&self) -> &BTreeSet<KindRef> {
         &self.inner.emits
+    }
+
+    /// The kinds `host.get-object` serves to this plugin.
+    pub fn allowed_reads(&self) -> &BTreeSet<KindRef> {
+        &self.inner.env.ctx.reads
+    }
+
+    /// The pod privileges this plugin may add beyond the baseline level.
+    pub fn pod_grants(&self) -> &PodGrants {
+        &self.inner.pod_grants
+    }
+
+    /// Whether the component is one of the binary's builtin plugins.
+    pub fn is_builtin(&self) -> bool {
+        self.inner.builtin
     }
 
     /// Whether the pipeline calls `phase` on this plugin: it implements it
@@ -227,6 +260,7 @@ impl LoadedPlugin {
     fn call<R, T>(
         &self,
         phase: &str,
+        scope: &CallScope,
         f: impl FnOnce(&mut Store<CallState>, &super::bindings::Plugin) -> wasmtime::Result<R>,
         post: impl FnOnce(R) -> Result<T, Error>,
     ) -> Result<T, Error> {
@@ -234,7 +268,8 @@ impl LoadedPlugin {
         let span = tracing::debug_span!("plugin_call", plugin = %i.descriptor.name, phase = %phase);
         let _enter = span.enter();
         let start = Instant::now();
-        let (r, high_water) = with_instance(&i.env, phase, f);
+        let timeout = i.env.ctx.limits.timeout;
+        let (r, high_water) = with_instance(&i.env, phase, scope, timeout, f);
         let r = r.and_then(post);
         let elapsed = start.elapsed();
         match &r {
@@ -277,7 +312,12 @@ impl LoadedPlugin {
 
     /// Run an enforce or pre-build phase. The returned JSON (if any) is
     /// checked to be well-formed and within the output bound.
-    pub fn enforce(&self, phase: Phase, input: &PhaseInput) -> Result<Mutation, Error> {
+    pub fn enforce(
+        &self,
+        phase: Phase,
+        input: &PhaseInput,
+        scope: &CallScope,
+    ) -> Result<Mutation, Error> {
         let wit_input = wit::PhaseInput {
             trainjob: input.trainjob.clone(),
             info: input.info.clone(),
@@ -285,6 +325,7 @@ impl LoadedPlugin {
         };
         self.call(
             phase.as_str(),
+            scope,
             |store, p| {
                 let g = p.trainforge_plugin_guest();
                 match phase {
@@ -331,10 +372,9 @@ impl LoadedPlugin {
         )
     }
 
-    /// Run `build` and check every object (see [`super::output_check`])
-    /// against the allowed kinds (declared `emits` ∩ configured
-    /// `allowed_emits`).
-    pub fn build(&self, input: &PhaseInput) -> Result<Vec<Value>, Error> {
+    /// Run `build` for the TrainJob `owner` (identity from the stored
+    /// object) and check every object (see [`super::output_check`]).
+    pub fn build(&self, input: &PhaseInput, owner: &Owner) -> Result<Vec<Value>, Error> {
         let wit_input = wit::PhaseInput {
             trainjob: input.trainjob.clone(),
             info: input.info.clone(),
@@ -342,23 +382,19 @@ impl LoadedPlugin {
         };
         self.call(
             "build",
+            &CallScope::of(owner),
             |store, p| p.trainforge_plugin_guest().call_build(store, &wit_input),
             |r| {
                 let raw = r.map_err(|e| self.expected(Phase::Build, e))?;
                 self.check_size(Phase::Build, raw.iter().map(String::len).sum())?;
-                let trainjob: Value = serde_json::from_str(&input.trainjob).unwrap_or(Value::Null);
-                check_objects(
-                    self.name(),
-                    &self.inner.emits,
-                    &Owner::from_trainjob(&trainjob),
-                    raw,
-                )
+                check_objects(self.name(), &self.inner.emits, owner, raw)
             },
         )
     }
 
-    /// Run `validate` (admission).
-    pub fn validate(&self, input: &ValidateInput) -> Result<Validation, Error> {
+    /// Run `validate` (admission). At most [`MAX_WARNINGS`] warnings and
+    /// [`MAX_FIELD_ERRORS`] field errors; every text sanitised and bounded.
+    pub fn validate(&self, input: &ValidateInput, scope: &CallScope) -> Result<Validation, Error> {
         let wit_input = wit::ValidateInput {
             trainjob: input.trainjob.clone(),
             old_trainjob: input.old_trainjob.clone(),
@@ -367,9 +403,21 @@ impl LoadedPlugin {
         };
         self.call(
             "validate",
+            scope,
             |store, p| p.trainforge_plugin_guest().call_validate(store, &wit_input),
             |r| {
                 let v = r.map_err(|e| self.expected(Phase::Validate, e))?;
+                if v.warnings.len() > MAX_WARNINGS || v.errors.len() > MAX_FIELD_ERRORS {
+                    return Err(Error::invalid_output(
+                        self.name(),
+                        Phase::Validate,
+                        format!(
+                            "{} warnings and {} field errors; at most {MAX_WARNINGS} and {MAX_FIELD_ERRORS}",
+                            v.warnings.len(),
+                            v.errors.len()
+                        ),
+                    ));
+                }
                 let size = v.warnings.iter().map(String::len).sum::<usize>()
                     + v.errors
                         .iter()
@@ -386,7 +434,7 @@ impl LoadedPlugin {
     }
 
     /// Run `status`: the new TrainJob status JSON, or `None`.
-    pub fn status(&self, input: &PhaseInput) -> Result<Option<Value>, Error> {
+    pub fn status(&self, input: &PhaseInput, scope: &CallScope) -> Result<Option<Value>, Error> {
         let wit_input = wit::PhaseInput {
             trainjob: input.trainjob.clone(),
             info: input.info.clone(),
@@ -394,6 +442,7 @@ impl LoadedPlugin {
         };
         self.call(
             "status",
+            scope,
             |store, p| p.trainforge_plugin_guest().call_status(store, &wit_input),
             |r| match r.map_err(|e| self.expected(Phase::Status, e))? {
                 None => Ok(None),
@@ -415,6 +464,7 @@ impl LoadedPlugin {
     pub fn describe_fresh(&self) -> Result<Descriptor, Error> {
         self.call(
             "describe",
+            &CallScope::default(),
             |store, p| p.trainforge_plugin_guest().call_describe(store),
             |d| Ok(descriptor_from_wit(d)),
         )
@@ -422,8 +472,9 @@ impl LoadedPlugin {
 }
 
 fn validation_from_wit(v: wit::Validation) -> Validation {
+    let m = |s: String| bounded::message(&s);
     Validation {
-        warnings: v.warnings,
+        warnings: v.warnings.into_iter().map(m).collect(),
         errors: v
             .errors
             .into_iter()
@@ -440,9 +491,9 @@ fn validation_from_wit(v: wit::Validation) -> Validation {
                     wit::FieldErrorType::Internal => FieldErrorType::Internal,
                     wit::FieldErrorType::TypeInvalid => FieldErrorType::TypeInvalid,
                 },
-                field: e.field,
-                bad_value: e.bad_value,
-                detail: e.detail,
+                field: bounded::sanitize(&e.field, 256),
+                bad_value: e.bad_value.map(m),
+                detail: m(e.detail),
             })
             .collect(),
     }

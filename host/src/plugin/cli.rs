@@ -1,14 +1,14 @@
 //! `trainforge plugin ...` subcommands for plugin authors.
 
 use super::{
-    Grants, LoadedPlugin, PhaseInput, PluginRuntime, PluginSet, PluginSource, RuntimeConfig,
-    StaticObjects, ValidateInput, sample,
+    CallScope, Compiler, Grants, LoadedPlugin, Owner, PhaseInput, PluginRuntime, PluginSet,
+    PluginSource, RuntimeConfig, StaticObjects, ValidateInput, compile, sample,
 };
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use trainforge_api::plugin::{Info, InfoError, Phase};
+use trainforge_api::plugin::{Info, InfoError, KindRef, Phase};
 
 /// `trainforge plugin` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -42,9 +42,21 @@ pub enum PluginCommand {
         /// Objects served to `host.get-object` (YAML or JSON; repeatable).
         #[arg(long = "object")]
         objects: Vec<PathBuf>,
-        /// Capabilities to grant (`random`, `clock`; repeatable).
+        /// Grants, as an administrator would give them (repeatable):
+        /// `random`, `clock`, `privileged`, `hostNamespaces`, `hostPorts`,
+        /// `hostPath=<prefix>`, `capability=<CAP>`, `serviceAccount=<name>`,
+        /// `image=<prefix>`.
         #[arg(long = "grant")]
         grants: Vec<String>,
+        /// A kind the administrator allows the plugin to emit, as
+        /// `<apiVersion>/<Kind>` (e.g. `v1/Pod`; repeatable; narrows what
+        /// it declares).
+        #[arg(long = "allowed-kind")]
+        allowed_kinds: Vec<String>,
+        /// A kind the administrator allows the plugin to read, as
+        /// `<apiVersion>/<Kind>` (e.g. `v1/Secret`; repeatable).
+        #[arg(long = "allowed-read")]
+        allowed_reads: Vec<String>,
     },
     /// Measure load time and per-phase call latency (fresh store per call).
     Bench {
@@ -62,6 +74,18 @@ pub enum PluginCommand {
         /// Plugin configuration (JSON).
         #[arg(long)]
         config: Option<PathBuf>,
+    },
+    /// Compile a component in this process under a memory cap and write
+    /// the precompiled artifact (run by the operator, not by people).
+    #[command(hide = true)]
+    CompileWorker {
+        /// The process's data-segment limit in bytes.
+        #[arg(long)]
+        memory_bytes: u64,
+        /// The component.
+        input: PathBuf,
+        /// Where the artifact goes.
+        output: PathBuf,
     },
 }
 
@@ -93,6 +117,39 @@ pub enum Error {
     /// Writing output failed.
     #[error("writing output: {0}")]
     Output(String),
+    /// A command-line argument is malformed.
+    #[error("{0}")]
+    Usage(String),
+    /// The compile worker failed.
+    #[error("compile worker: {0}")]
+    Worker(String),
+}
+
+/// `<apiVersion>/<Kind>` (the kind is after the last `/`).
+fn parse_kind(text: &str) -> Result<KindRef, Error> {
+    match text.rsplit_once('/') {
+        Some((api, kind)) if !api.is_empty() && !kind.is_empty() => Ok(KindRef::new(api, kind)),
+        _ => Err(Error::Usage(format!(
+            "{text:?}: expected <apiVersion>/<Kind>, e.g. v1/Secret or apps/v1/Deployment"
+        ))),
+    }
+}
+
+fn parse_kinds(texts: &[String]) -> Result<Option<Vec<KindRef>>, Error> {
+    if texts.is_empty() {
+        return Ok(None);
+    }
+    texts.iter().map(|t| parse_kind(t)).collect::<Result<_, _>>().map(Some)
+}
+
+/// The runtime of the CLI: components are compiled in a bounded child
+/// process (this executable), as in the operator.
+pub fn cli_runtime() -> Result<PluginRuntime, Error> {
+    let compiler = Compiler::this_executable().map_err(Error::Usage)?;
+    Ok(PluginRuntime::new(RuntimeConfig {
+        compiler,
+        ..RuntimeConfig::default()
+    })?)
 }
 
 fn read(path: &Path) -> Result<String, Error> {
@@ -114,7 +171,7 @@ fn read_doc(path: &Path) -> Result<Value, Error> {
 }
 
 fn load(rt: &PluginRuntime, file: &Path, config: Option<&Path>) -> Result<PluginSource, Error> {
-    let mut src = PluginSource::from_file(file)?;
+    let mut src = PluginSource::from_file(file, rt.config().max_component_bytes)?;
     if let Some(c) = config {
         let v: Value = serde_json::from_str(&read(c)?).map_err(|e| Error::Parse {
             path: c.to_owned(),
@@ -122,7 +179,6 @@ fn load(rt: &PluginRuntime, file: &Path, config: Option<&Path>) -> Result<Plugin
         })?;
         src.config = v.to_string();
     }
-    let _ = rt;
     Ok(src)
 }
 
@@ -134,8 +190,23 @@ fn print_json(v: &Value) -> Result<(), Error> {
 
 /// Run a `trainforge plugin` subcommand.
 pub fn run(cmd: PluginCommand) -> Result<(), Error> {
-    let rt = PluginRuntime::new(RuntimeConfig::default())?;
+    if let PluginCommand::CompileWorker {
+        memory_bytes,
+        input,
+        output,
+    } = &cmd
+    {
+        return compile::run_worker(
+            &super::engine::base_config(),
+            *memory_bytes,
+            input,
+            output,
+        )
+        .map_err(Error::Worker);
+    }
+    let rt = cli_runtime()?;
     match cmd {
+        PluginCommand::CompileWorker { .. } => Ok(()),
         PluginCommand::Inspect { file, sha256, json } => {
             let mut src = load(&rt, &file, None)?;
             src.sha256 = sha256;
@@ -150,8 +221,12 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
             config,
             objects,
             grants,
+            allowed_kinds,
+            allowed_reads,
         } => {
             let mut src = load(&rt, &file, config.as_deref())?;
+            src.allowed_emits = parse_kinds(&allowed_kinds)?;
+            src.allowed_reads = parse_kinds(&allowed_reads)?;
             let mut store = StaticObjects::default();
             for o in &objects {
                 store.insert(&read_doc(o)?);
@@ -159,7 +234,9 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
             src.objects = Arc::new(store);
             let (g, unknown) = Grants::from_names(grants.iter().map(String::as_str));
             if !unknown.is_empty() {
-                eprintln!("warning: unknown capabilities ignored: {unknown:?}");
+                return Err(Error::Usage(format!(
+                    "unknown grants {unknown:?}: use random, clock, privileged, hostNamespaces, hostPorts, hostPath=<prefix>, capability=<CAP>, serviceAccount=<name> or image=<prefix>"
+                )));
             }
             src.grants = g;
             let p = rt.load(src)?;
@@ -276,6 +353,8 @@ fn bench(
         trainjob: trainjob.to_string(),
         info: serde_json::to_string(info).map_err(|e| Error::Output(e.to_string()))?,
     };
+    let owner = Owner::from_stored(trainjob).map_err(Error::Usage)?;
+    let scope = CallScope::of(&owner);
     let row = |name: &str, f: &mut dyn FnMut() -> Result<(), super::Error>| -> Result<(), Error> {
         let mut samples = Vec::with_capacity(n);
         for _ in 0..n {
@@ -290,17 +369,19 @@ fn bench(
     row("describe", &mut || p.describe_fresh().map(drop))?;
     for phase in p.descriptor().known_phases() {
         match phase {
-            Phase::Build => row("build", &mut || p.build(&input).map(drop))?,
-            Phase::Status => row("status", &mut || p.status(&input).map(drop))?,
+            Phase::Build => row("build", &mut || p.build(&input, &owner).map(drop))?,
+            Phase::Status => row("status", &mut || p.status(&input, &scope).map(drop))?,
             Phase::Validate => {
                 let vi = ValidateInput {
                     trainjob: input.trainjob.clone(),
                     old_trainjob: None,
                     info: input.info.clone(),
                 };
-                row("validate", &mut || p.validate(&vi).map(drop))?
+                row("validate", &mut || p.validate(&vi, &scope).map(drop))?
             }
-            other => row(other.as_str(), &mut || p.enforce(other, &input).map(drop))?,
+            other => row(other.as_str(), &mut || {
+                p.enforce(other, &input, &scope).map(drop)
+            })?,
         }
     }
     let set = PluginSet::new(vec![p.clone()])?;

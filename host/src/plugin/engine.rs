@@ -1,6 +1,7 @@
 //! The wasmtime engine, its epoch ticker thread, and runtime configuration.
 
 use super::Error;
+use super::compile::{CompileLimits, Compiler};
 use super::observe::CallObserver;
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -57,6 +58,11 @@ pub struct RuntimeConfig {
     /// Observer told about every guest call (metrics). Can also be set
     /// later with [`PluginRuntime::set_observer`](super::PluginRuntime::set_observer).
     pub observer: Option<Arc<dyn CallObserver>>,
+    /// Where components are compiled (default: in process, for trusted
+    /// components; the operator and the CLI compile in a bounded child).
+    pub compiler: Compiler,
+    /// Time and memory bounds of a compilation in a child process.
+    pub compile_limits: CompileLimits,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -68,6 +74,8 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("limits", &self.limits)
             .field("max_concurrent_calls", &self.max_concurrent_calls)
             .field("observer", &self.observer.as_ref().map(|_| "set"))
+            .field("compiler", &self.compiler)
+            .field("compile_limits", &self.compile_limits)
             .finish()
     }
 }
@@ -81,6 +89,8 @@ impl Default for RuntimeConfig {
             limits: Limits::default(),
             max_concurrent_calls: 256,
             observer: None,
+            compiler: Compiler::InProcess,
+            compile_limits: CompileLimits::default(),
         }
     }
 }
@@ -104,7 +114,9 @@ const KEEP_RESIDENT_WITH_SCAN: usize = 4 << 20;
 const MAX_WARM_SLOTS: u32 = 16;
 const KEEP_RESIDENT_WITHOUT_SCAN: usize = 256 << 10;
 
-fn base_config() -> Config {
+/// The code-generation configuration of every engine (the compile worker
+/// uses it too, so its artifacts load into the operator's engine).
+pub(crate) fn base_config() -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);

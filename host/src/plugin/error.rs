@@ -58,6 +58,52 @@ pub enum Error {
         /// Which rule it broke.
         message: String,
     },
+    /// A phase changed which TrainJob it acts for (its identity fields in
+    /// the in-memory TrainJob).
+    #[error("plugin {plugin}: IdentityChanged: {phase} changed the TrainJob's {field}; plugins act only on the TrainJob they were called for")]
+    IdentityChanged {
+        /// Plugin name.
+        plugin: String,
+        /// Phase called.
+        phase: String,
+        /// The field changed (`metadata.namespace`, ...).
+        field: String,
+    },
+    /// A phase added a pod privilege it was not granted.
+    #[error("plugin {plugin}: PodSecurity: {phase} {message}")]
+    PodSecurity {
+        /// Plugin name.
+        plugin: String,
+        /// Phase called.
+        phase: String,
+        /// What was added and which grant would allow it.
+        message: String,
+    },
+    /// The plugin declares kinds it may not have (emits, reads, watches).
+    #[error("plugin {plugin}: ForbiddenKind: {message}")]
+    ForbiddenKind {
+        /// Plugin name.
+        plugin: String,
+        /// Which kind and why.
+        message: String,
+    },
+    /// `describe` answered something the host does not accept (name,
+    /// version, policy keys, phases, too many kinds, a reserved name).
+    #[error("plugin {plugin}: InvalidDescriptor: {message}")]
+    InvalidDescriptor {
+        /// Plugin name (or its label when the name itself is invalid).
+        plugin: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Compiling the component exceeded its time or memory bound.
+    #[error("plugin {plugin}: CompileLimit: {message}")]
+    CompileLimit {
+        /// Plugin label.
+        plugin: String,
+        /// Which bound and how much.
+        message: String,
+    },
     /// The component could not be read, compiled, linked or instantiated.
     #[error("plugin {plugin}: LoadFailed: {message}")]
     LoadFailed {
@@ -94,6 +140,10 @@ pub enum Error {
         /// The plugin's error.
         error: PluginError,
     },
+    /// The stored TrainJob a pass was asked to run for lacks its identity
+    /// (namespace or name).
+    #[error("TrainJob: {0}")]
+    InvalidTrainJob(String),
     /// The host's own setup failed (engine, cache directory, ticker thread).
     #[error("plugin runtime: Host: {0}")]
     Host(String),
@@ -108,10 +158,16 @@ impl Error {
             Error::Trap { .. } => "Trap",
             Error::InvalidOutput { .. } => "InvalidOutput",
             Error::ForbiddenObject { .. } => "ForbiddenObject",
+            Error::IdentityChanged { .. } => "IdentityChanged",
+            Error::PodSecurity { .. } => "PodSecurity",
+            Error::ForbiddenKind { .. } => "ForbiddenKind",
+            Error::InvalidDescriptor { .. } => "InvalidDescriptor",
+            Error::CompileLimit { .. } => "CompileLimit",
             Error::LoadFailed { .. } => "LoadFailed",
             Error::DigestMismatch { .. } => "DigestMismatch",
             Error::IncompatibleInterface { .. } => "IncompatibleInterface",
             Error::Plugin { .. } => "PluginError",
+            Error::InvalidTrainJob(_) => "InvalidTrainJob",
             Error::Host(_) => "Host",
         }
     }

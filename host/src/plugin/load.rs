@@ -5,14 +5,20 @@ use super::Error;
 use super::bindings::{Plugin as WitPlugin, PluginPre};
 use super::cache::{ArtifactCache, CacheOutcome, sha256_hex};
 use super::call::{CallEnv, Inner, LoadedPlugin, descriptor_from_wit, with_instance};
+use super::compile::{CompileError, compile};
 use super::engine::{EngineHandle, RuntimeConfig};
 use super::observe::{CallObserver, ObserverSlot};
-use super::sandbox::{CallState, PluginContext};
+use super::sandbox::{CallScope, CallState, PluginContext, deny_waiting};
 use super::source::PluginSource;
+use super::{bounded, builtin, descriptor, kinds};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use trainforge_api::plugin::{Descriptor, Phase, WIT_VERSION};
-use wasmtime::component::{HasSelf, Linker};
+use std::time::Duration;
+use trainforge_api::plugin::{Phase, WIT_VERSION};
+use wasmtime::component::{Component, HasSelf, Linker};
+
+/// Deadline of `describe` (it must be pure and cheap).
+pub const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The plugin runtime: one engine (epoch ticker on its own thread), one
 /// linker, the artifact cache. Create once per process; `Send + Sync`, so
@@ -57,9 +63,15 @@ impl PluginRuntime {
         let mut linker = Linker::<CallState>::new(&engine.engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| Error::Host(format!("linking WASI: {e:#}")))?;
+        deny_waiting(&mut linker)
+            .map_err(|e| Error::Host(format!("linking WASI poll: {e:#}")))?;
         WitPlugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
             .map_err(|e| Error::Host(format!("linking host imports: {e:#}")))?;
-        let cache = ArtifactCache::new(&engine.engine, config.cache_dir.clone());
+        let cache = ArtifactCache::new(
+            &engine.engine,
+            config.cache_dir.clone(),
+            config.compiler.parallelism(),
+        );
         let observer = Arc::new(ObserverSlot::new(config.observer.clone()));
         Ok(PluginRuntime {
             engine,
@@ -95,25 +107,43 @@ impl PluginRuntime {
         }
     }
 
+    /// Forget everything cached about the component with digest `sha256`
+    /// (compiled code in memory and on disk, its linked form). Called for
+    /// components refused after compiling, so a refused module leaves
+    /// nothing behind.
+    pub fn evict(&self, sha256: &str) {
+        let key = self.cache.key(sha256);
+        self.cache.evict(&key);
+        if let Ok(mut m) = self.linked.lock() {
+            m.remove(&key);
+        }
+    }
+
+    /// Whether compiled code of the component with digest `sha256` is cached.
+    pub fn is_cached(&self, sha256: &str) -> bool {
+        self.cache.contains(&self.cache.key(sha256))
+    }
+
     /// Verify, compile (or load from cache), check the interface, call
-    /// `describe`, and return a plugin ready to call.
+    /// `describe`, check what it declares, and return a plugin ready to call.
     pub fn load(&self, src: PluginSource) -> Result<LoadedPlugin, Error> {
         self.load_traced(src).map(|(p, _)| p)
     }
 
-    /// Like [`PluginRuntime::load`], also telling where the compiled code came from.
+    /// Like [`PluginRuntime::load`], also telling where the compiled code
+    /// came from. A component refused after compiling is evicted from the
+    /// caches.
     pub fn load_traced(&self, src: PluginSource) -> Result<(LoadedPlugin, CacheOutcome), Error> {
-        let label = src.label.clone();
-        let load_failed = |m: String| Error::LoadFailed {
-            plugin: label.clone(),
-            message: m,
-        };
+        let label = bounded::sanitize(&src.label, 253);
         if src.bytes.len() > self.config.max_component_bytes {
-            return Err(load_failed(format!(
-                "component is {} bytes; the limit is {}",
-                src.bytes.len(),
-                self.config.max_component_bytes
-            )));
+            return Err(Error::LoadFailed {
+                plugin: label,
+                message: format!(
+                    "component is {} bytes; the limit is {}",
+                    src.bytes.len(),
+                    self.config.max_component_bytes
+                ),
+            });
         }
         let sha256 = sha256_hex(&src.bytes);
         if let Some(expected) = &src.sha256 {
@@ -124,7 +154,7 @@ impl PluginRuntime {
             if expected != sha256 {
                 return Err(Error::DigestMismatch {
                     plugin: label,
-                    expected,
+                    expected: bounded::sanitize(&expected, 80),
                     actual: sha256,
                 });
             }
@@ -132,14 +162,47 @@ impl PluginRuntime {
         let engine = &self.engine.engine;
         let (component, outcome) = self
             .cache
-            .get_or_compile(engine, &self.engine.compiler_config, &sha256, &src.bytes)
-            .map_err(|m| load_failed(format!("compiling: {m}")))?;
+            .get_or_compile(engine, &sha256, &src.bytes, |bytes| {
+                compile(
+                    &self.config.compiler,
+                    self.config.compile_limits,
+                    engine,
+                    &self.engine.compiler_config,
+                    bytes,
+                )
+            })
+            .map_err(|e| match e {
+                CompileError::Timeout(_) | CompileError::Memory(_) => Error::CompileLimit {
+                    plugin: label.clone(),
+                    message: e.to_string(),
+                },
+                e => Error::LoadFailed {
+                    plugin: label.clone(),
+                    message: bounded::message(&format!("compiling: {e}")),
+                },
+            })?;
+        let loaded = self.finish_load(&label, &sha256, component, src);
+        if loaded.is_err() {
+            self.evict(&sha256);
+        }
+        loaded.map(|p| (p, outcome))
+    }
 
+    /// Everything after compiling: interface, link, `describe`, declaration
+    /// checks.
+    fn finish_load(
+        &self,
+        label: &str,
+        sha256: &str,
+        component: Component,
+        src: PluginSource,
+    ) -> Result<LoadedPlugin, Error> {
+        let engine = &self.engine.engine;
         // Interface check from the component type (no instantiation needed).
         let ty = component.component_type();
         let incompatible = |m: String| Error::IncompatibleInterface {
-            plugin: label.clone(),
-            message: m,
+            plugin: label.to_owned(),
+            message: bounded::message(&m),
         };
         let exported: Vec<&str> = ty.exports(engine).map(|(n, _)| n).collect();
         let guest = exported
@@ -166,7 +229,7 @@ impl PluginRuntime {
                 return Err(incompatible(format!("imports unknown interface {name}")));
             }
         }
-        let key = self.cache.key(&sha256);
+        let key = self.cache.key(sha256);
         let cached_pre = self.linked.lock().ok().and_then(|m| m.get(&key).cloned());
         let pre = match cached_pre {
             Some(pre) => pre,
@@ -191,8 +254,9 @@ impl PluginRuntime {
             _ticker: self.engine.ticker.clone(),
             pre,
             ctx: Arc::new(PluginContext {
-                name: label.clone(),
+                name: label.to_owned(),
                 reads: BTreeSet::new(),
+                explicit_reads: BTreeSet::new(),
                 random: false,
                 clock: false,
                 limits,
@@ -201,15 +265,22 @@ impl PluginRuntime {
             observer: self.observer.clone(),
         };
         let start = std::time::Instant::now();
-        let (described, high_water) = with_instance(&boot, "describe", |s, p| {
-            p.trainforge_plugin_guest().call_describe(s)
+        // `describe` must be pure and cheap: a short deadline whatever the
+        // configured call limit, and no TrainJob scope.
+        let (described, high_water) = with_instance(
+            &boot,
+            "describe",
+            &CallScope::default(),
+            limits.timeout.min(DESCRIBE_TIMEOUT),
+            |s, p| p.trainforge_plugin_guest().call_describe(s),
+        );
+        let descriptor = described.map(descriptor_from_wit).and_then(|d| {
+            descriptor::check(label, &d, src.builtin, &builtin::names())?;
+            Ok(d)
         });
-        let descriptor = described
-            .map(descriptor_from_wit)
-            .and_then(|d| self.check_descriptor(&label, d));
         let observed_name = descriptor
             .as_ref()
-            .map_or(label.as_str(), |d| d.name.as_str());
+            .map_or(label, |d| d.name.as_str());
         self.observer.notify(
             observed_name,
             "describe",
@@ -218,64 +289,41 @@ impl PluginRuntime {
             high_water,
         );
         let descriptor = descriptor?;
+        for p in &descriptor.phases {
+            if Phase::parse(p).is_none() {
+                tracing::info!(plugin = %descriptor.name, phase = %bounded::sanitize(p, 64), "ignoring phase unknown to this host");
+            }
+        }
+        let forbidden = |message: String| Error::ForbiddenKind {
+            plugin: descriptor.name.clone(),
+            message,
+        };
+        let emits = kinds::effective_emits(&descriptor.emits, src.allowed_emits.as_deref())
+            .map_err(forbidden)?;
+        let reads = kinds::effective_reads(&descriptor.reads, src.allowed_reads.as_deref())
+            .map_err(forbidden)?;
         let wants = |c: &str| descriptor.capabilities.iter().any(|x| x == c);
         let ctx = Arc::new(PluginContext {
             name: descriptor.name.clone(),
-            reads: descriptor.reads.iter().cloned().collect(),
+            reads: reads.into_iter().collect(),
+            explicit_reads: src.allowed_reads.iter().flatten().cloned().collect(),
             random: wants("random") && src.grants.random,
             clock: wants("clock") && src.grants.clock,
             limits,
         });
-        let emits = descriptor
-            .emits
-            .iter()
-            .filter(|k| {
-                src.allowed_emits
-                    .as_ref()
-                    .is_none_or(|allowed| allowed.contains(k))
-            })
-            .cloned()
-            .collect();
-        Ok((
-            LoadedPlugin {
-                inner: Arc::new(Inner {
-                    env: CallEnv { ctx, ..boot },
-                    descriptor,
-                    sha256,
-                    config: src.config,
-                    emits,
-                    failure_policy: src.failure_policy,
-                    phases: src.phases.map(|p| p.into_iter().collect()),
-                }),
-            },
-            outcome,
-        ))
-    }
-
-    /// The checks on what `describe` answered at load.
-    fn check_descriptor(&self, label: &str, descriptor: Descriptor) -> Result<Descriptor, Error> {
-        if !wit_compatible(&descriptor.wit_version) {
-            return Err(Error::IncompatibleInterface {
-                plugin: label.to_owned(),
-                message: format!(
-                    "describe() reports WIT version {:?}; this host serves {WIT_VERSION}",
-                    descriptor.wit_version
-                ),
-            });
-        }
-        if descriptor.name.is_empty() {
-            return Err(Error::invalid_output(
-                label,
-                Phase::Validate,
-                "describe() returned an empty name",
-            ));
-        }
-        for p in &descriptor.phases {
-            if Phase::parse(p).is_none() {
-                tracing::info!(plugin = %descriptor.name, phase = %p, "ignoring phase unknown to this host");
-            }
-        }
-        Ok(descriptor)
+        Ok(LoadedPlugin {
+            inner: Arc::new(Inner {
+                env: CallEnv { ctx, ..boot },
+                descriptor,
+                sha256: sha256.to_owned(),
+                config: src.config,
+                emits: emits.into_iter().collect(),
+                pod_grants: src.grants.pod,
+                builtin: src.builtin,
+                failure_policy: src.failure_policy,
+                phases: src.phases.map(|p| p.into_iter().collect()),
+            }),
+        })
     }
 }
 

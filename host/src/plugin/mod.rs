@@ -1,43 +1,55 @@
-//! The sandboxed Wasm plugin runtime (issue 3).
+//! The sandboxed Wasm plugin runtime.
 //!
 //! Framework plugins are Wasm components targeting `wit/plugin.wit`
 //! (`trainforge:plugin@0.1.0`). This module loads them and calls them
 //! safely; all calls are synchronous (wrap them in `spawn_blocking` from
-//! async code).
+//! async code). A plugin is untrusted code: nothing it returns decides
+//! identity, namespace, ownership, scope or size.
 //!
 //! - [`PluginRuntime`]: one wasmtime `Engine` (epoch interruption, ticker on
-//!   its own OS thread), one `Linker` (deny-all WASI + the `host` imports),
-//!   the compiled-artifact cache (memory + optional disk, keyed by the
-//!   component's sha256 and the engine's compatibility hash).
-//! - [`PluginRuntime::load`]: digest pin → compile/cache → interface check
-//!   (exports `trainforge:plugin/guest@0.1.x`, no unknown imports) →
-//!   `InstancePre` → `describe` → [`LoadedPlugin`].
+//!   its own OS thread), one `Linker` (deny-all WASI, no waiting, the `host`
+//!   imports), the compiled-artifact cache (memory + optional disk, keyed by
+//!   the component's sha256 and the engine's compatibility hash).
+//! - [`PluginRuntime::load`]: digest pin → [`compile`] (bounded in time and
+//!   memory in a child process) or cache → interface check → `InstancePre`
+//!   → `describe` (short deadline) → [`descriptor`] checks (name, reserved
+//!   builtin names, bounded lists) → [`kinds`] the plugin may emit and read
+//!   → [`LoadedPlugin`]. A component refused after compiling is evicted.
 //! - [`LoadedPlugin`]: every call gets a fresh `Store` with an epoch deadline,
-//!   a memory cap, bounded output/logs/stderr; `build` output goes through
+//!   a memory cap, bounded output/logs/stderr ([`bounded`]) and the
+//!   [`CallScope`] of its TrainJob; `build` output goes through
 //!   [`output_check`] before anything can be applied.
 //! - [`PluginSet`]: the framework pipeline (phases in order, TrainJob and
-//!   info threaded through), validation and status; per plugin, the
-//!   configuration narrows the phases called and the kinds it may emit, and
-//!   its [`FailurePolicy`] decides whether a failure stops the pass.
+//!   info threaded through). Identity comes from the stored TrainJob
+//!   ([`Owner`]); a phase that changes it, or adds a pod privilege it was
+//!   not granted ([`pod_policy`]), is refused; per plugin, the configuration
+//!   narrows the phases called and its [`FailurePolicy`] decides whether a
+//!   failure stops the pass.
 //! - [`CallObserver`]: told about every guest call (metrics).
 //! - [`builtin`]: plugins embedded in the binary at build time.
-//! - [`cli`]: `trainforge plugin inspect|run|bench`.
+//! - [`cli`]: `trainforge plugin inspect|run|bench` (and the compile worker).
 //!
 //! Every failure is an [`Error`] with a distinct reason (`Timeout`,
-//! `MemoryLimit`, `Trap`, `InvalidOutput`, `ForbiddenObject`, `LoadFailed`,
-//! `DigestMismatch`, `IncompatibleInterface`, ...); nothing a plugin does
-//! can panic the host.
+//! `MemoryLimit`, `Trap`, `InvalidOutput`, `ForbiddenObject`,
+//! `IdentityChanged`, `PodSecurity`, `ForbiddenKind`, `InvalidDescriptor`,
+//! `CompileLimit`, `LoadFailed`, `DigestMismatch`, `IncompatibleInterface`,
+//! ...); nothing a plugin does can panic the host.
 
 mod bindings;
+pub mod bounded;
 pub mod builtin;
 mod cache;
 mod call;
 pub mod cli;
+pub mod compile;
+pub mod descriptor;
 mod engine;
 mod error;
+pub mod kinds;
 mod load;
 mod observe;
 pub mod output_check;
+pub mod pod_policy;
 pub mod sample;
 mod sandbox;
 mod set;
@@ -48,7 +60,12 @@ pub use call::{LoadedPlugin, PhaseInput, ValidateInput};
 pub use engine::{Limits, RuntimeConfig};
 pub use error::Error;
 pub use observe::{CallObserver, FailurePolicy};
-pub use load::{PluginRuntime, wit_compatible};
+pub use compile::{CompileLimits, Compiler};
+pub use load::{DESCRIBE_TIMEOUT, PluginRuntime, wit_compatible};
+pub use output_check::Owner;
+pub use pod_policy::PodGrants;
 pub use set::{PluginFieldError, PluginSet, ReconcileOutput, StatusOutput, ValidateOutput};
-pub use source::{NoObjects, ObjectSource, PluginSource, StaticObjects};
-pub use sandbox::Grants;
+pub use source::{
+    FileError, NoObjects, ObjectSource, PluginSource, StaticObjects, read_component_file,
+};
+pub use sandbox::{CallScope, Grants};

@@ -1,116 +1,184 @@
-//! Checks on every object a plugin's `build` returns, before anything is
-//! applied: allow-listed kind, the TrainJob's namespace, no foreign owner,
-//! never a forbidden or cluster-scoped kind.
+//! Checks on every object a plugin's `build` returns, before anything can be
+//! applied. The rules, whatever the plugin returned:
+//!
+//! - at most [`MAX_OBJECTS_PER_CALL`] objects of at most
+//!   [`MAX_OBJECT_BYTES`] each, each a JSON object with `apiVersion`, `kind`
+//!   and a valid `metadata.name` (no `generateName`: objects are named, so a
+//!   resync finds them again instead of piling up new ones);
+//! - the kind is one the plugin may emit (declared, allowed by the
+//!   administrator, not on the host-wide deny set: see [`super::kinds`]) and
+//!   namespaced;
+//! - the object lives in the namespace of the TrainJob the call is for
+//!   ([`Owner`], taken from the stored TrainJob, never from plugin output);
+//!   a missing namespace is set to it;
+//! - the only owner is that TrainJob: any owner reference the plugin wrote
+//!   must point at it, and the host writes the one controller reference
+//!   every object carries itself (so every object is garbage-collected with
+//!   its TrainJob);
+//! - no finalizers, no service-account token Secrets, not the host's own
+//!   object names (the runtime snapshot); server-managed metadata (uid,
+//!   resourceVersion, ...) is dropped.
 
 use super::Error;
-use serde_json::Value;
+use super::bounded::{self, MAX_OBJECT_BYTES, MAX_OBJECTS_PER_CALL};
+use super::kinds::{self, KindRule};
+use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
 use trainforge_api::plugin::KindRef;
+use trainforge_api::trainer::v1alpha1::constants::{API_VERSION, GROUP, TRAINJOB_KIND};
 
-/// API groups no plugin may ever emit anything from.
-const FORBIDDEN_GROUPS: &[&str] = &[
-    "rbac.authorization.k8s.io",
-    "admissionregistration.k8s.io",
-    "apiextensions.k8s.io",
-    "apiregistration.k8s.io",
-    "certificates.k8s.io",
-    "authentication.k8s.io",
-    "authorization.k8s.io",
+/// Suffix of the runtime snapshot ConfigMap the host writes per TrainJob.
+pub const SNAPSHOT_SUFFIX: &str = "-runtime-snapshot";
+
+/// Metadata the API server manages; dropped from emitted objects.
+const SERVER_MANAGED: &[&str] = &[
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
 ];
 
-/// Cluster-scoped kinds (core and common groups). Objects of these kinds are
-/// refused even if a plugin lists them in `emits`.
-const CLUSTER_SCOPED_KINDS: &[&str] = &[
-    "Namespace",
-    "Node",
-    "PersistentVolume",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "CustomResourceDefinition",
-    "MutatingWebhookConfiguration",
-    "ValidatingWebhookConfiguration",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-    "MutatingAdmissionPolicy",
-    "MutatingAdmissionPolicyBinding",
-    "APIService",
-    "StorageClass",
-    "CSIDriver",
-    "CSINode",
-    "VolumeAttachment",
-    "PriorityClass",
-    "RuntimeClass",
-    "IngressClass",
-    "ComponentStatus",
-    "CertificateSigningRequest",
-    "FlowSchema",
-    "PriorityLevelConfiguration",
-    "ClusterTrainingRuntime",
-    "ClusterQueue",
-    "ResourceFlavor",
-    "Queue",
-];
-
-/// The TrainJob objects are built for.
-#[derive(Debug, Clone)]
+/// The TrainJob a call is for, read from the stored object before any
+/// plugin runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
     /// TrainJob namespace.
     pub namespace: String,
     /// TrainJob name.
     pub name: String,
-    /// TrainJob UID, if known (checked against owner references when set).
+    /// TrainJob UID (absent in dry runs of a TrainJob read from a file).
     pub uid: Option<String>,
 }
 
 impl Owner {
-    /// Read namespace/name/uid from a TrainJob JSON.
-    pub fn from_trainjob(trainjob: &Value) -> Owner {
+    /// Read namespace/name/uid from the stored TrainJob. Both namespace and
+    /// name are required.
+    pub fn from_stored(trainjob: &Value) -> Result<Owner, String> {
         let s = |p: &str| {
             trainjob
                 .pointer(p)
                 .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
                 .map(str::to_owned)
         };
-        Owner {
-            namespace: s("/metadata/namespace").unwrap_or_default(),
-            name: s("/metadata/name").unwrap_or_default(),
+        Ok(Owner {
+            namespace: s("/metadata/namespace")
+                .ok_or("the TrainJob has no metadata.namespace")?,
+            name: s("/metadata/name").ok_or("the TrainJob has no metadata.name")?,
             uid: s("/metadata/uid"),
+        })
+    }
+
+    /// The controller owner reference every emitted object carries.
+    pub fn reference(&self) -> Value {
+        json!({
+            "apiVersion": API_VERSION,
+            "kind": TRAINJOB_KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        })
+    }
+
+    /// Name of the host's runtime snapshot ConfigMap of this TrainJob.
+    pub fn snapshot_name(&self) -> String {
+        format!("{}{SNAPSHOT_SUFFIX}", self.name)
+    }
+
+    /// Which identity field `trainjob` changed compared with this owner, if
+    /// any (`apiVersion`/`kind` included: the TrainJob stays a TrainJob).
+    pub fn changed_field(&self, trainjob: &Value) -> Option<&'static str> {
+        let s = |p: &str| trainjob.pointer(p).and_then(Value::as_str);
+        if s("/kind") != Some(TRAINJOB_KIND) {
+            return Some("kind");
         }
+        if s("/apiVersion").and_then(|v| v.split('/').next()) != Some(GROUP) {
+            return Some("apiVersion");
+        }
+        if s("/metadata/namespace") != Some(self.namespace.as_str()) {
+            return Some("metadata.namespace");
+        }
+        if s("/metadata/name") != Some(self.name.as_str()) {
+            return Some("metadata.name");
+        }
+        if s("/metadata/uid") != self.uid.as_deref() {
+            return Some("metadata.uid");
+        }
+        None
     }
 }
 
-fn describe(o: &Value) -> String {
-    let s = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or("?");
+/// `apiVersion/kind namespace/name` of an object, bounded.
+pub fn describe(o: &Value) -> String {
+    let s = |p: &str| {
+        o.pointer(p)
+            .and_then(Value::as_str)
+            .map_or_else(|| "?".to_owned(), |v| bounded::sanitize(v, 253))
+    };
+    let ns = o
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .map_or_else(|| "-".to_owned(), |v| bounded::sanitize(v, 63));
     format!(
-        "{}/{} {}/{}",
+        "{}/{} {ns}/{}",
         s("/apiVersion"),
         s("/kind"),
-        o.pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("-"),
         s("/metadata/name")
     )
 }
 
-/// Parse and check `build` output. A missing `metadata.namespace` is set to
-/// the TrainJob's namespace; everything else must already be right.
+/// Parse and check `build` output (see the module rules). Returns the
+/// objects as they may be applied.
 pub fn check_objects(
     plugin: &str,
     emits: &BTreeSet<KindRef>,
     owner: &Owner,
     raw: Vec<String>,
 ) -> Result<Vec<Value>, Error> {
+    let invalid = |m: String| Error::InvalidOutput {
+        plugin: plugin.to_owned(),
+        phase: "build".into(),
+        message: m,
+    };
+    if raw.len() > MAX_OBJECTS_PER_CALL {
+        return Err(invalid(format!(
+            "{} objects; at most {MAX_OBJECTS_PER_CALL} per call",
+            raw.len()
+        )));
+    }
     let mut out = Vec::with_capacity(raw.len());
     for (i, s) in raw.into_iter().enumerate() {
-        let mut o: Value = serde_json::from_str(&s).map_err(|e| Error::InvalidOutput {
-            plugin: plugin.to_owned(),
-            phase: "build".into(),
-            message: format!("object {i} is not valid JSON: {e}"),
-        })?;
+        if s.len() > MAX_OBJECT_BYTES {
+            return Err(invalid(format!(
+                "object {i} is {} bytes; at most {MAX_OBJECT_BYTES}",
+                s.len()
+            )));
+        }
+        let mut o: Value = serde_json::from_str(&s)
+            .map_err(|e| invalid(format!("object {i} is not valid JSON: {e}")))?;
         check_object(plugin, emits, owner, &mut o, i)?;
         out.push(o);
     }
     Ok(out)
+}
+
+/// Whether `name` is a DNS subdomain (what every object name must be).
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
 }
 
 fn check_object(
@@ -136,87 +204,120 @@ fn check_object(
     let str_at = |p: &str| o.pointer(p).and_then(Value::as_str).map(str::to_owned);
     let api_version = str_at("/apiVersion").ok_or_else(|| invalid("missing apiVersion".into()))?;
     let kind = str_at("/kind").ok_or_else(|| invalid("missing kind".into()))?;
-    match str_at("/metadata/name") {
-        Some(n) if !n.is_empty() => {}
-        _ => return Err(invalid("missing metadata.name".into())),
+    if !o.get("metadata").is_some_and(Value::is_object) {
+        return Err(invalid("missing metadata".into()));
     }
-    let kref = KindRef::new(api_version, kind);
-    if FORBIDDEN_GROUPS.contains(&kref.group()) {
-        return Err(forbidden(
-            o,
-            format!(
-                "API group {:?} may never be emitted by a plugin",
-                kref.group()
-            ),
+    if o.pointer("/metadata/generateName").is_some() {
+        return Err(invalid(
+            "metadata.generateName is not allowed: emitted objects are named".into(),
         ));
     }
-    if CLUSTER_SCOPED_KINDS.contains(&kref.kind.as_str()) {
+    let name = str_at("/metadata/name").unwrap_or_default();
+    if !valid_name(&name) {
+        return Err(invalid(format!(
+            "metadata.name {:?} is not a valid object name",
+            bounded::sanitize(&name, 64)
+        )));
+    }
+    let kref = KindRef::new(api_version, kind);
+    if let KindRule::Never(what) = kinds::emit_rule(&kref) {
+        return Err(forbidden(o, format!("plugins may never emit {what}")));
+    }
+    if kinds::known_cluster_scoped(&kref) {
         return Err(forbidden(
             o,
-            format!(
-                "{} is cluster-scoped; plugins may only emit namespaced objects",
-                kref.kind
-            ),
+            format!("{kref} is cluster-scoped; plugins emit namespaced objects only"),
         ));
     }
     if !emits.contains(&kref) {
         return Err(forbidden(
             o,
-            format!("{kref} is not in the plugin's emits allow-list"),
+            format!("{kref} is not among the kinds this plugin may emit"),
         ));
     }
     match o.pointer("/metadata/namespace") {
-        None | Some(Value::Null) => {
-            if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
-                meta.insert("namespace".into(), Value::String(owner.namespace.clone()));
-            }
-        }
+        None | Some(Value::Null) => {}
         Some(Value::String(ns)) if *ns == owner.namespace => {}
         Some(other) => {
+            let shown = bounded::sanitize(&other.to_string(), 80);
             return Err(forbidden(
                 o,
                 format!(
-                    "namespace {other} is not the TrainJob's namespace {:?}",
+                    "namespace {shown} is not the TrainJob's namespace {:?}",
                     owner.namespace
                 ),
             ));
         }
     }
-    if let Some(refs) = o.pointer("/metadata/ownerReferences") {
+    if kref.group().is_empty() && kref.kind == "ConfigMap" && name == owner.snapshot_name() {
+        return Err(forbidden(
+            o,
+            "the name is the host's runtime snapshot of this TrainJob".into(),
+        ));
+    }
+    if kref.group().is_empty()
+        && kref.kind == "Secret"
+        && o.get("type").and_then(Value::as_str) == Some("kubernetes.io/service-account-token")
+    {
+        return Err(forbidden(
+            o,
+            "service-account token Secrets would mint credentials".into(),
+        ));
+    }
+    if o
+        .pointer("/metadata/finalizers")
+        .is_some_and(|f| !f.is_null() && f.as_array().is_none_or(|a| !a.is_empty()))
+    {
+        return Err(forbidden(
+            o,
+            "finalizers would keep the object (and its namespace) from being deleted".into(),
+        ));
+    }
+    if let Some(refs) = o.pointer("/metadata/ownerReferences").filter(|r| !r.is_null()) {
         let refs = refs
             .as_array()
             .ok_or_else(|| invalid("ownerReferences is not a list".into()))?;
         for r in refs {
             let s = |k: &str| r.get(k).and_then(Value::as_str);
-            let is_trainjob = s("kind") == Some("TrainJob")
-                && s("apiVersion").is_some_and(|v| v.starts_with("trainer.kubeflow.org/"))
+            let is_owner = s("kind") == Some(TRAINJOB_KIND)
+                && s("apiVersion").and_then(|v| v.split('/').next()) == Some(GROUP)
                 && s("name") == Some(owner.name.as_str())
                 && match (&owner.uid, s("uid")) {
                     (Some(want), Some(got)) => want == got,
-                    (Some(_), None) => true,
-                    (None, _) => true,
+                    _ => true,
                 };
-            if !is_trainjob {
+            if !is_owner {
+                let shown = bounded::sanitize(&r.to_string(), 200);
                 return Err(forbidden(
                     o,
                     format!(
-                        "owner {}/{} {:?} is not the TrainJob {:?}",
-                        s("apiVersion").unwrap_or("?"),
-                        s("kind").unwrap_or("?"),
-                        s("name").unwrap_or("?"),
+                        "owner reference {shown} is not the TrainJob {:?}",
                         owner.name
                     ),
                 ));
             }
         }
     }
+    if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        normalize_metadata(meta, owner);
+    }
     Ok(())
+}
+
+/// Namespace and owner reference as the host decides them; server-managed
+/// fields removed.
+fn normalize_metadata(meta: &mut Map<String, Value>, owner: &Owner) {
+    for k in SERVER_MANAGED {
+        meta.remove(*k);
+    }
+    meta.remove("finalizers");
+    meta.insert("namespace".into(), Value::String(owner.namespace.clone()));
+    meta.insert("ownerReferences".into(), json!([owner.reference()]));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn owner() -> Owner {
         Owner {
@@ -229,7 +330,10 @@ mod tests {
     fn emits() -> BTreeSet<KindRef> {
         [
             KindRef::new("v1", "ConfigMap"),
+            KindRef::new("v1", "Secret"),
             KindRef::new("rbac.authorization.k8s.io/v1", "Role"),
+            KindRef::new("coordination.k8s.io/v1", "Lease"),
+            KindRef::new("example.com/v1", "ClusterQueue"),
         ]
         .into_iter()
         .collect()
@@ -239,40 +343,112 @@ mod tests {
         check_objects("p", &emits(), &owner(), vec![o.to_string()])
     }
 
+    fn cm(meta: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta})
+    }
+
     #[test]
-    fn accepts_and_defaults_namespace() {
-        let out = check(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x",
-            "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "job", "uid": "u1"}]}}))
+    fn defaults_namespace_and_writes_the_one_owner_reference() {
+        let out = check(cm(json!({"name": "x", "uid": "forged", "resourceVersion": "9"}))).unwrap();
+        let meta = &out[0]["metadata"];
+        assert_eq!(meta["namespace"], "team-a");
+        assert_eq!(meta["ownerReferences"], json!([owner().reference()]));
+        assert_eq!(meta["ownerReferences"][0]["uid"], "u1");
+        assert!(meta.get("uid").is_none() && meta.get("resourceVersion").is_none());
+        // A reference to the same TrainJob (any apiVersion of the group) is fine.
+        let out = check(cm(json!({"name": "x", "ownerReferences": [
+            {"apiVersion": "trainer.kubeflow.org/v1", "kind": "TrainJob", "name": "job", "uid": "u1", "controller": false}]})))
         .unwrap();
-        assert_eq!(out[0]["metadata"]["namespace"], "team-a");
+        assert_eq!(
+            out[0]["metadata"]["ownerReferences"][0]["controller"],
+            true
+        );
     }
 
     #[test]
-    fn refuses_rbac_even_if_declared() {
-        let e = check(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "x"}})).unwrap_err();
-        assert_eq!(e.reason(), "ForbiddenObject");
+    fn refuses_never_kinds_even_if_declared() {
+        for (api, kind) in [
+            ("rbac.authorization.k8s.io/v1", "Role"),
+            ("coordination.k8s.io/v1", "Lease"),
+            ("example.com/v1", "ClusterQueue"),
+        ] {
+            let e = check(json!({"apiVersion": api, "kind": kind, "metadata": {"name": "x"}}))
+                .unwrap_err();
+            assert_eq!(e.reason(), "ForbiddenObject", "{kind}: {e}");
+        }
     }
 
     #[test]
-    fn refuses_undeclared_other_namespace_and_foreign_owner() {
-        let e = check(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}}))
+    fn refuses_undeclared_foreign_namespace_and_foreign_owners() {
+        let e = check(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}}))
             .unwrap_err();
         assert_eq!(e.reason(), "ForbiddenObject");
-        let e = check(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "kube-system"}})).unwrap_err();
+        let e = check(cm(json!({"name": "x", "namespace": "kube-system"}))).unwrap_err();
         assert!(e.to_string().contains("kube-system"), "{e}");
-        let e = check(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x",
-            "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "other"}]}}))
-        .unwrap_err();
-        assert_eq!(e.reason(), "ForbiddenObject");
+        for r in [
+            json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "other"}),
+            json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "job", "uid": "u2"}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "job"}),
+            json!({"apiVersion": "evil.io/v1", "kind": "TrainJob", "name": "job"}),
+        ] {
+            let e = check(cm(json!({"name": "x", "ownerReferences": [r]}))).unwrap_err();
+            assert_eq!(e.reason(), "ForbiddenObject", "{e}");
+        }
     }
 
     #[test]
-    fn invalid_shapes() {
+    fn refuses_host_names_tokens_finalizers_and_unnamed_objects() {
+        let e = check(cm(json!({"name": "job-runtime-snapshot"}))).unwrap_err();
+        assert!(e.to_string().contains("snapshot"), "{e}");
+        let e = check(json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+            "metadata": {"name": "t", "annotations": {"kubernetes.io/service-account.name": "default"}}}))
+        .unwrap_err();
+        assert_eq!(e.reason(), "ForbiddenObject");
+        let e = check(cm(json!({"name": "x", "finalizers": ["keep.me/forever"]}))).unwrap_err();
+        assert!(e.to_string().contains("finalizers"), "{e}");
+        for meta in [
+            json!({"generateName": "x-"}),
+            json!({"name": ""}),
+            json!({"name": "Upper"}),
+            json!({"name": "a".repeat(300)}),
+        ] {
+            assert_eq!(check(cm(meta)).unwrap_err().reason(), "InvalidOutput");
+        }
+    }
+
+    #[test]
+    fn bounds_count_size_and_shape() {
+        let one = cm(json!({"name": "x"})).to_string();
+        let e = check_objects("p", &emits(), &owner(), vec![one; MAX_OBJECTS_PER_CALL + 1])
+            .unwrap_err();
+        assert_eq!(e.reason(), "InvalidOutput");
+        let big = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"},
+            "data": {"k": "x".repeat(MAX_OBJECT_BYTES)}});
+        assert_eq!(check(big).unwrap_err().reason(), "InvalidOutput");
         let e = check_objects("p", &emits(), &owner(), vec!["{".into()]).unwrap_err();
         assert_eq!(e.reason(), "InvalidOutput");
-        let e = check(json!({"kind": "ConfigMap", "metadata": {"name": "x"}})).unwrap_err();
-        assert_eq!(e.reason(), "InvalidOutput");
-        let e = check(json!([1])).unwrap_err();
-        assert_eq!(e.reason(), "InvalidOutput");
+        assert_eq!(
+            check(json!({"kind": "ConfigMap", "metadata": {"name": "x"}}))
+                .unwrap_err()
+                .reason(),
+            "InvalidOutput"
+        );
+        assert_eq!(check(json!([1])).unwrap_err().reason(), "InvalidOutput");
+    }
+
+    #[test]
+    fn identity_comes_from_the_stored_trainjob() {
+        let tj = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "job", "namespace": "team-a", "uid": "u1"}});
+        let o = Owner::from_stored(&tj).unwrap();
+        assert_eq!(o, owner());
+        assert_eq!(o.changed_field(&tj), None);
+        let mut moved = tj.clone();
+        moved["metadata"]["namespace"] = json!("kube-system");
+        assert_eq!(o.changed_field(&moved), Some("metadata.namespace"));
+        let mut renamed = tj.clone();
+        renamed["metadata"]["uid"] = json!("u2");
+        assert_eq!(o.changed_field(&renamed), Some("metadata.uid"));
+        assert!(Owner::from_stored(&json!({"metadata": {"name": "x"}})).is_err());
     }
 }

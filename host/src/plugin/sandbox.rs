@@ -1,14 +1,31 @@
 //! Per-call store state: a deny-all WASI context, the memory limiter, and
 //! the `host` imports (log, get-object, random-bytes) with their budgets.
+//!
+//! Rules of the imports, whatever the guest asks:
+//! - `get-object` serves only kinds the plugin may read (declared, narrowed
+//!   by the administrator), namespaced objects only from the namespace of
+//!   the TrainJob the call is for, cluster-scoped kinds and Secrets only
+//!   when the administrator listed them, at most
+//!   [`MAX_READS_PER_CALL`](super::bounded::MAX_READS_PER_CALL) per call;
+//! - `log` lines are sanitised (no control characters, so no forged lines)
+//!   and bounded per line and per call;
+//! - nothing can wait: WASI `poll` and `pollable.block` trap at once
+//!   ([`deny_waiting`]), so sleeping cannot hold a host thread past the
+//!   call's deadline (epoch interruption only stops guest code).
 
 use super::bindings::trainforge::plugin::{host, types as wit};
+use super::bounded::{self, MAX_LOG_LINE_BYTES, MAX_READS_PER_CALL};
 use super::engine::Limits;
+use super::kinds;
+use super::output_check::Owner;
+use super::pod_policy::PodGrants;
 use super::source::ObjectSource;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use trainforge_api::plugin::KindRef;
-use wasmtime::ResourceLimiter;
-use wasmtime::component::ResourceTable;
+use wasmtime::component::{Linker, Resource, ResourceTable};
+use wasmtime::{ResourceLimiter, StoreContextMut};
+use wasmtime_wasi::p2::DynPollable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -20,18 +37,34 @@ pub struct Grants {
     /// `clock`: expose the real WASI wall and monotonic clocks (otherwise
     /// both are frozen at zero).
     pub clock: bool,
+    /// Pod privileges beyond the baseline level the plugin may add.
+    pub pod: PodGrants,
 }
 
 impl Grants {
-    /// Parse capability names (`random`, `clock`); unknown ones are returned.
+    /// Parse grant names as the CLI takes them: capabilities (`random`,
+    /// `clock`) and pod privileges (`privileged`, `hostNamespaces`,
+    /// `hostPorts`, `hostPath=<prefix>`, `capability=<CAP>`,
+    /// `serviceAccount=<name>`, `image=<prefix>`). Unknown names are
+    /// returned.
     pub fn from_names<'a>(names: impl IntoIterator<Item = &'a str>) -> (Grants, Vec<String>) {
         let mut g = Grants::default();
         let mut unknown = Vec::new();
         for n in names {
-            match n {
-                "random" => g.random = true,
-                "clock" => g.clock = true,
-                other => unknown.push(other.to_owned()),
+            match n.split_once('=') {
+                None => match n {
+                    "random" => g.random = true,
+                    "clock" => g.clock = true,
+                    "privileged" => g.pod.privileged = true,
+                    "hostNamespaces" => g.pod.host_namespaces = true,
+                    "hostPorts" => g.pod.host_ports = true,
+                    other => unknown.push(other.to_owned()),
+                },
+                Some(("hostPath", v)) => g.pod.host_paths.push(v.to_owned()),
+                Some(("capability", v)) => g.pod.capabilities.push(v.to_owned()),
+                Some(("serviceAccount", v)) => g.pod.service_accounts.push(v.to_owned()),
+                Some(("image", v)) => g.pod.images.push(v.to_owned()),
+                Some(_) => unknown.push(n.to_owned()),
             }
         }
         (g, unknown)
@@ -42,11 +75,32 @@ impl Grants {
 #[derive(Debug)]
 pub(crate) struct PluginContext {
     pub(crate) name: String,
+    /// Kinds `get-object` serves (declared, narrowed by the administrator).
     pub(crate) reads: BTreeSet<KindRef>,
+    /// Kinds the administrator listed in `allowedReads` (the explicit grant
+    /// Secrets and cluster-scoped kinds need).
+    pub(crate) explicit_reads: BTreeSet<KindRef>,
     /// Declared in `describe().capabilities` *and* granted.
     pub(crate) random: bool,
     pub(crate) clock: bool,
     pub(crate) limits: Limits,
+}
+
+/// What one call is for: the namespace of its TrainJob (`None` for calls
+/// not about a TrainJob, such as `describe`: no namespaced reads at all).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallScope {
+    /// The TrainJob's namespace, from the stored object.
+    pub namespace: Option<String>,
+}
+
+impl CallScope {
+    /// The scope of a call about the TrainJob `owner`.
+    pub fn of(owner: &Owner) -> Self {
+        CallScope {
+            namespace: Some(owner.namespace.clone()),
+        }
+    }
 }
 
 /// Store data of one call.
@@ -57,12 +111,20 @@ pub(crate) struct CallState {
     pub(crate) plugin: Arc<PluginContext>,
     pub(crate) objects: Arc<dyn ObjectSource>,
     pub(crate) stderr: MemoryOutputPipe,
+    scope: CallScope,
     log_bytes: usize,
     random_bytes: usize,
+    reads: usize,
+    /// Set when the guest tried to wait (see [`deny_waiting`]).
+    pub(crate) waited: bool,
 }
 
 impl CallState {
-    pub(crate) fn new(plugin: Arc<PluginContext>, objects: Arc<dyn ObjectSource>) -> Self {
+    pub(crate) fn new(
+        plugin: Arc<PluginContext>,
+        objects: Arc<dyn ObjectSource>,
+        scope: CallScope,
+    ) -> Self {
         let stderr = MemoryOutputPipe::new(plugin.limits.max_stderr_bytes);
         let mut b = WasiCtxBuilder::new();
         // Default-deny: no args, env or preopens (builder defaults); stdin
@@ -77,6 +139,8 @@ impl CallState {
         b.secure_random(<rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(0));
         b.insecure_random(<rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(1));
         b.insecure_random_seed(0);
+        // WASI random hands out host-allocated buffers: keep them small.
+        b.max_random_size(4096);
         if !plugin.clock {
             b.wall_clock(FrozenClock);
             b.monotonic_clock(FrozenClock);
@@ -93,8 +157,11 @@ impl CallState {
             plugin,
             objects,
             stderr,
+            scope,
             log_bytes: 0,
             random_bytes: 0,
+            reads: 0,
+            waited: false,
         }
     }
 
@@ -196,16 +263,8 @@ impl host::Host for CallState {
         if room == 0 {
             return;
         }
-        let mut msg = message;
-        if msg.len() > room {
-            let mut cut = room;
-            while !msg.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            msg.truncate(cut);
-            msg.push_str(" …[truncated]");
-        }
-        self.log_bytes += msg.len();
+        let msg = bounded::sanitize(&message, room.min(MAX_LOG_LINE_BYTES));
+        self.log_bytes += msg.len().max(1);
         let plugin = self.plugin.name.as_str();
         match level {
             wit::LogLevel::Trace => tracing::trace!(plugin, "{msg}"),
@@ -226,15 +285,47 @@ impl host::Host for CallState {
             api_version: kind.api_version,
             kind: kind.kind,
         };
-        if !self.plugin.reads.contains(&kind) {
-            tracing::warn!(plugin = %self.plugin.name, %kind, "get-object denied: kind not declared in reads");
-            return Err(wit::HostError::Denied(format!(
-                "{kind} is not declared in reads"
-            )));
+        let denied = |why: String| {
+            let why = bounded::message(&why);
+            tracing::warn!(plugin = %self.plugin.name, reason = %why, "get-object denied");
+            Err(wit::HostError::Denied(why))
+        };
+        if self.reads >= MAX_READS_PER_CALL {
+            return denied(format!(
+                "more than {MAX_READS_PER_CALL} get-object calls in one call"
+            ));
         }
+        self.reads += 1;
+        if !self.plugin.reads.contains(&kind) {
+            return denied(format!("{kind} is not among the kinds this plugin may read"));
+        }
+        let namespaced = self
+            .objects
+            .namespaced(&kind)
+            .unwrap_or_else(|| !kinds::known_cluster_scoped(&kind));
+        if let Some(why) = kinds::read_needs_explicit_grant(&kind, namespaced)
+            && !self.plugin.explicit_reads.contains(&kind)
+        {
+            return denied(format!(
+                "{kind}: {why}; reading it needs spec.allowedReads to list it"
+            ));
+        }
+        let namespace = if namespaced {
+            match &self.scope.namespace {
+                Some(ns) if *ns == namespace => namespace,
+                Some(ns) => {
+                    return denied(format!(
+                        "{kind} {namespace}/{name}: reads are limited to the TrainJob's namespace {ns:?}"
+                    ));
+                }
+                None => return denied(format!("{kind}: this call is not about a TrainJob")),
+            }
+        } else {
+            String::new()
+        };
         self.objects
             .get(&kind, &namespace, &name)
-            .map_err(wit::HostError::Unavailable)
+            .map_err(|e| wit::HostError::Unavailable(bounded::message(&e)))
     }
 
     fn random_bytes(&mut self, len: u32) -> Result<Vec<u8>, wit::HostError> {
@@ -254,4 +345,54 @@ impl host::Host for CallState {
         getrandom::fill(&mut buf).map_err(|e| wit::HostError::Unavailable(e.to_string()))?;
         Ok(buf)
     }
+}
+
+/// The WASI interface holding `poll` and `pollable.block` (the version
+/// wasmtime-wasi registers; guests importing any 0.2.x resolve to it).
+const WASI_POLL: &str = "wasi:io/poll@0.2.12";
+
+/// Why a call that tried to wait was stopped (recognised by the caller to
+/// name it in the error).
+#[derive(Debug)]
+pub(crate) struct WaitDenied;
+
+impl std::fmt::Display for WaitDenied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "the plugin tried to wait (wasi:io/poll: a sleep or blocking I/O); plugins cannot wait",
+        )
+    }
+}
+
+impl std::error::Error for WaitDenied {}
+
+/// Replace `poll` and `pollable.block` with functions that trap at once.
+///
+/// Epoch deadlines stop guest code, not host functions: a guest sleeping in
+/// `pollable.block` would hold the calling thread for as long as it asked.
+/// Plugins have nothing to wait for (no sockets, files or real clocks), so
+/// every wait ends the call.
+pub(crate) fn deny_waiting(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut poll = linker.instance(WASI_POLL)?;
+    poll.func_wrap(
+        "poll",
+        |mut store: StoreContextMut<'_, CallState>,
+         (_pollables,): (Vec<Resource<DynPollable>>,)|
+         -> wasmtime::Result<(Vec<u32>,)> {
+            store.data_mut().waited = true;
+            Err(wasmtime::Error::new(WaitDenied))
+        },
+    )?;
+    poll.func_wrap(
+        "[method]pollable.block",
+        |mut store: StoreContextMut<'_, CallState>,
+         (_pollable,): (Resource<DynPollable>,)|
+         -> wasmtime::Result<()> {
+            store.data_mut().waited = true;
+            Err(wasmtime::Error::new(WaitDenied))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
 }

@@ -1,14 +1,32 @@
 //! [`PluginSet`]: an ordered set of loaded plugins run as the Trainer
 //! framework pipeline (phases in order, TrainJob and info threaded
 //! through), validation and status.
+//!
+//! Containment rules of a pass, whatever the plugins return:
+//! - the TrainJob's identity ([`Owner`]: namespace, name, uid) is read from
+//!   the stored TrainJob before any plugin runs; every call is scoped to it
+//!   and every emitted object is checked against it, never against the
+//!   in-memory copy plugins pass along;
+//! - a phase that returns a TrainJob with another identity
+//!   (`apiVersion`, `kind`, namespace, name, uid) is refused
+//!   (`IdentityChanged`);
+//! - a phase that adds a pod privilege (privileged, capabilities, host
+//!   namespaces, hostPath, hostPorts, unconfined profiles, a service account
+//!   or an image that was not in what it was given) that its grants do not
+//!   allow is refused (`PodSecurity`, see [`super::pod_policy`]);
+//! - two objects with the same kind and name are refused
+//!   (`ForbiddenObject`), whichever plugins emitted them.
 
 use super::Error;
 use super::call::{LoadedPlugin, PhaseInput, ValidateInput};
 use super::observe::{FailurePolicy, ignored_warning};
+use super::output_check::{Owner, describe};
+use super::pod_policy::{Privilege, privileges};
+use super::sandbox::CallScope;
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use trainforge_api::plugin::{FieldError, Info, Phase};
+use trainforge_api::plugin::{FieldError, Info, KindRef, Mutation, Phase};
 
 /// What a reconcile pass produced.
 #[derive(Debug, Clone)]
@@ -115,16 +133,24 @@ impl PluginSet {
     }
 
     /// Run enforce-ml-policy → enforce-pod-group-policy → enforce-pod-spec →
-    /// pre-build → build, threading the TrainJob and info through every
-    /// plugin. A failure stops the pass, unless the plugin's failure policy
-    /// is `Ignore`: then its contribution to that phase is skipped and the
-    /// failure is reported in [`ReconcileOutput::warnings`].
+    /// pre-build → build for the stored TrainJob `trainjob`, threading an
+    /// in-memory copy of it and the info through every plugin (see the
+    /// module rules). A failure stops the pass, unless the plugin's failure
+    /// policy is `Ignore`: then its contribution to that phase is skipped
+    /// and the failure is reported in [`ReconcileOutput::warnings`].
     pub fn reconcile(&self, trainjob: &Value, info: &Info) -> Result<ReconcileOutput, Error> {
         let _span = tracing::debug_span!("plugin_pipeline", plugins = self.plugins.len()).entered();
+        let owner = Owner::from_stored(trainjob).map_err(Error::InvalidTrainJob)?;
+        let scope = CallScope::of(&owner);
+        let info_json = serde_json::to_value(info)
+            .map_err(|e| Error::Host(format!("serialising info: {e}")))?;
         let mut input = PhaseInput {
             trainjob: trainjob.to_string(),
-            info: serde_json::to_string(info)
-                .map_err(|e| Error::Host(format!("serialising info: {e}")))?,
+            info: info_json.to_string(),
+        };
+        let mut seen = Seen {
+            trainjob: privileges(trainjob),
+            info: privileges(&info_json),
         };
         let mut warnings = Vec::new();
         let mut last_info_writer: Option<&str> = None;
@@ -135,9 +161,13 @@ impl PluginSet {
             Phase::PreBuild,
         ] {
             for p in self.plugins.iter().filter(|p| p.calls(phase)) {
-                let Some(m) = per_policy(p, phase, p.enforce(phase, &input), &mut warnings)? else {
+                let r = p
+                    .enforce(phase, &input, &scope)
+                    .and_then(|m| contain_mutation(p, phase, &owner, &seen, m));
+                let Some((m, after)) = per_policy(p, phase, r, &mut warnings)? else {
                     continue;
                 };
+                seen = after;
                 if let Some(i) = m.info {
                     input.info = i;
                     last_info_writer = Some(p.name());
@@ -148,8 +178,15 @@ impl PluginSet {
             }
         }
         let mut objects = Vec::new();
+        let mut names: BTreeMap<(KindRef, String), String> = BTreeMap::new();
         for p in self.plugins.iter().filter(|p| p.calls(Phase::Build)) {
-            if let Some(o) = per_policy(p, Phase::Build, p.build(&input), &mut warnings)? {
+            let r = p
+                .build(&input, &owner)
+                .and_then(|objs| contain_objects(p, &seen, &names, objs));
+            if let Some(o) = per_policy(p, Phase::Build, r, &mut warnings)? {
+                for obj in &o {
+                    names.insert(object_name(obj), p.name().to_owned());
+                }
                 objects.extend(o);
             }
         }
@@ -190,8 +227,10 @@ impl PluginSet {
     /// [`PluginSet::validate`] with the input already serialised.
     pub fn validate_input(&self, input: &ValidateInput) -> Result<ValidateOutput, Error> {
         let mut out = ValidateOutput::default();
+        let scope = scope_of_json(&input.trainjob);
         for p in self.plugins.iter().filter(|p| p.calls(Phase::Validate)) {
-            let Some(v) = per_policy(p, Phase::Validate, p.validate(input), &mut out.ignored)?
+            let Some(v) =
+                per_policy(p, Phase::Validate, p.validate(input, &scope), &mut out.ignored)?
             else {
                 continue;
             };
@@ -222,8 +261,140 @@ impl PluginSet {
             info: serde_json::to_string(info)
                 .map_err(|e| Error::Host(format!("serialising info: {e}")))?,
         };
+        let scope = Owner::from_stored(trainjob)
+            .map(|o| CallScope::of(&o))
+            .unwrap_or_default();
         let mut warnings = Vec::new();
-        let status = per_policy(p, Phase::Status, p.status(&input), &mut warnings)?.flatten();
+        let status =
+            per_policy(p, Phase::Status, p.status(&input, &scope), &mut warnings)?.flatten();
         Ok(StatusOutput { status, warnings })
     }
+}
+
+/// The pod privileges present in what the next plugin is given.
+#[derive(Debug, Clone)]
+struct Seen {
+    trainjob: BTreeSet<Privilege>,
+    info: BTreeSet<Privilege>,
+}
+
+impl Seen {
+    fn contains(&self, p: &Privilege) -> bool {
+        self.trainjob.contains(p) || self.info.contains(p)
+    }
+}
+
+/// The scope of a call about the TrainJob in `json` (none if it has no
+/// namespace).
+fn scope_of_json(json: &str) -> CallScope {
+    serde_json::from_str::<Value>(json)
+        .ok()
+        .and_then(|v| Owner::from_stored(&v).ok())
+        .map(|o| CallScope::of(&o))
+        .unwrap_or_default()
+}
+
+/// Refuse what `p` added beyond its grants.
+fn check_added<'a>(
+    p: &LoadedPlugin,
+    phase: &str,
+    seen: &Seen,
+    after: impl IntoIterator<Item = &'a Privilege>,
+    what: impl Fn() -> String,
+) -> Result<(), Error> {
+    for privilege in after {
+        if seen.contains(privilege) {
+            continue;
+        }
+        if let Err(grant) = p.pod_grants().check(privilege) {
+            return Err(Error::PodSecurity {
+                plugin: p.name().to_owned(),
+                phase: phase.to_owned(),
+                message: format!(
+                    "adds {privilege} to {}, which is beyond the Pod Security Standards baseline level or changes the pods' identity; {grant} does not allow it",
+                    what()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The containment checks of one enforce/pre-build answer (identity and
+/// pod privileges); returns it with the privileges the next plugin sees.
+fn contain_mutation(
+    p: &LoadedPlugin,
+    phase: Phase,
+    owner: &Owner,
+    before: &Seen,
+    m: Mutation,
+) -> Result<(Mutation, Seen), Error> {
+    let mut after = before.clone();
+    let parse = |what: &str, s: &str| {
+        serde_json::from_str::<Value>(s)
+            .map_err(|e| Error::invalid_output(p.name(), phase, format!("{what}: {e}")))
+    };
+    if let Some(t) = &m.trainjob {
+        let v = parse("trainjob", t)?;
+        if let Some(field) = owner.changed_field(&v) {
+            return Err(Error::IdentityChanged {
+                plugin: p.name().to_owned(),
+                phase: phase.to_string(),
+                field: field.to_owned(),
+            });
+        }
+        after.trainjob = privileges(&v);
+    }
+    if let Some(i) = &m.info {
+        after.info = privileges(&parse("info", i)?);
+    }
+    check_added(
+        p,
+        phase.as_str(),
+        before,
+        after.trainjob.iter().chain(&after.info),
+        || "the TrainJob or runtime info".to_owned(),
+    )?;
+    Ok((m, after))
+}
+
+fn object_name(o: &Value) -> (KindRef, String) {
+    let s = |p: &str| {
+        o.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    (
+        KindRef::new(s("/apiVersion"), s("/kind")),
+        s("/metadata/name"),
+    )
+}
+
+/// The containment checks of one `build` answer: pod privileges of every
+/// object, and names not already emitted (by this or an earlier plugin).
+fn contain_objects(
+    p: &LoadedPlugin,
+    seen: &Seen,
+    earlier: &BTreeMap<(KindRef, String), String>,
+    objects: Vec<Value>,
+) -> Result<Vec<Value>, Error> {
+    let mut mine = BTreeSet::new();
+    for o in &objects {
+        let key = object_name(o);
+        let by = earlier
+            .get(&key)
+            .cloned()
+            .or_else(|| mine.contains(&key).then(|| p.name().to_owned()));
+        if let Some(by) = by {
+            return Err(Error::ForbiddenObject {
+                plugin: p.name().to_owned(),
+                object: describe(o),
+                message: format!("already emitted by plugin {by} in this pass"),
+            });
+        }
+        mine.insert(key);
+        check_added(p, "build", seen, &privileges(o), || describe(o))?;
+    }
+    Ok(objects)
 }

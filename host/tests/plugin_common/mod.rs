@@ -120,3 +120,71 @@ pub fn short_deadline_runtime() -> trainforge::plugin::PluginRuntime {
     })
     .unwrap()
 }
+
+/// The marker the hostile guest puts before its patchable descriptor block
+/// (see `guests/hostile/src/lib.rs`), and the block's size.
+const DESCRIPTOR_MARKER: &[u8] = b"TRAINFORGE-HOSTILE-DESCRIPTOR:";
+const DESCRIPTOR_BLOCK: usize = 4096;
+
+/// The hostile guest's bytes.
+pub fn hostile_bytes() -> Vec<u8> {
+    std::fs::read(hostile_wasm()).unwrap()
+}
+
+/// The hostile guest declaring `descriptor` (JSON; fields `name`,
+/// `version`, `wit_version`, `phases`, `emits`/`reads`/`watches` as
+/// `[[apiVersion, kind], ...]`, `capabilities`, `policy_keys`,
+/// `generate_reads`, `name_repeat`, `describe`: `loop|sleep|trap|alloc`).
+/// Each descriptor yields a different component (and sha256).
+pub fn hostile_declaring(descriptor: &serde_json::Value) -> Vec<u8> {
+    let mut bytes = hostile_bytes();
+    let at = bytes
+        .windows(DESCRIPTOR_MARKER.len())
+        .position(|w| w == DESCRIPTOR_MARKER)
+        .expect("the hostile guest carries its descriptor marker");
+    assert_eq!(
+        bytes[at + 1..]
+            .windows(DESCRIPTOR_MARKER.len())
+            .filter(|w| *w == DESCRIPTOR_MARKER)
+            .count(),
+        0,
+        "the marker occurs once"
+    );
+    let text = descriptor.to_string();
+    let room = DESCRIPTOR_BLOCK - DESCRIPTOR_MARKER.len();
+    assert!(text.len() <= room, "descriptor too long for the block");
+    let start = at + DESCRIPTOR_MARKER.len();
+    bytes[start..start + room].fill(b' ');
+    bytes[start..start + text.len()].copy_from_slice(text.as_bytes());
+    bytes
+}
+
+/// A component whose one core function is crafted to be expensive to
+/// compile: `targets` nested blocks left by one `br_table`, with `locals`
+/// locals live across every edge (the SSA builder gives each of the
+/// `targets` merge points a parameter per live local). Small on disk.
+pub fn slow_to_compile_component(targets: usize, locals: usize) -> Vec<u8> {
+    let mut f = String::new();
+    f.push_str(&format!("(func (param i32) (result i64) (local i64 {})\n", "i64 ".repeat(locals)));
+    for i in 0..locals {
+        f.push_str(&format!("(local.set {} (i64.extend_i32_u (local.get 0)))\n", i + 1));
+    }
+    for _ in 0..targets {
+        f.push_str("(block\n");
+    }
+    f.push_str("(br_table ");
+    for i in 0..targets {
+        f.push_str(&format!("{i} "));
+    }
+    f.push_str("0 (local.get 0))\n");
+    for i in 0..targets {
+        f.push_str(&format!(")(local.set {} (i64.add (local.get {}) (i64.const 1)))\n", (i % locals) + 1, (i % locals) + 1));
+    }
+    f.push_str("(i64.const 0)");
+    for i in 0..locals {
+        f.push_str(&format!(" (local.get {}) i64.add", i + 1));
+    }
+    f.push_str(")\n");
+    let text = format!("(component (core module {f}))");
+    wat::parse_str(&text).expect("valid component text")
+}

@@ -70,13 +70,25 @@ pub struct ClusterTrainerPluginSpec {
     pub limits: Option<PluginLimits>,
 
     /// Kinds the plugin may emit, narrowing what it declares in `describe`
-    /// (what it declares when unset).
+    /// (what it declares when unset). Kinds that run pods or change
+    /// identities or network exposure (Pods, ServiceAccounts, Services,
+    /// workload controllers, ...) are allowed only when listed here; RBAC,
+    /// admission, CRDs, leases, Trainer and Trainforge kinds and anything
+    /// cluster-scoped never are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "atomic"))]
     pub allowed_kinds: Option<Vec<KindReference>>,
 
-    /// Host capabilities granted to the plugin (only those it also declares
-    /// are given).
+    /// Kinds the plugin may read through the host, narrowing what it
+    /// declares (what it declares when unset). Secrets and cluster-scoped
+    /// kinds are readable only when listed here; namespaced objects only in
+    /// the namespace of the TrainJob a call is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "atomic"))]
+    pub allowed_reads: Option<Vec<KindReference>>,
+
+    /// Host capabilities and pod privileges granted to the plugin (only
+    /// capabilities it also declares are given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grants: Option<PluginGrants>,
 
@@ -247,7 +259,7 @@ pub struct KindReference {
     pub kind: String,
 }
 
-/// Host capabilities granted to a plugin.
+/// Host capabilities and pod privileges granted to a plugin.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PluginGrants {
@@ -259,4 +271,42 @@ pub struct PluginGrants {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = false))]
     pub clock: Option<bool>,
+    /// What the plugin may add to the pods it shapes beyond the Pod
+    /// Security Standards baseline level (nothing when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodSecurityGrants>,
+}
+
+/// Pod privileges a plugin may add. Each is checked on what the plugin
+/// changed, never on what the runtime or the TrainJob already had.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSecurityGrants {
+    /// Privileged containers and every other relaxation beyond baseline
+    /// (any capability, unconfined seccomp/AppArmor, SELinux options,
+    /// unmasked `/proc`, unsafe sysctls, Windows host processes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privileged: Option<bool>,
+    /// `hostNetwork`, `hostPID` and `hostIPC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_namespaces: Option<bool>,
+    /// Container ports bound on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_ports: Option<bool>,
+    /// `hostPath` volumes under these path prefixes (`/` = any path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "atomic"))]
+    pub host_paths: Option<Vec<String>>,
+    /// Capabilities beyond the baseline set (e.g. `NET_ADMIN`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "atomic"))]
+    pub capabilities: Option<Vec<String>>,
+    /// Service accounts the plugin may set on pods (`*` = any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "atomic"))]
+    pub service_account_names: Option<Vec<String>>,
+    /// Image prefixes the plugin may set on containers (`*` = any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "atomic"))]
+    pub images: Option<Vec<String>>,
 }

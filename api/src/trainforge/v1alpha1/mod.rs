@@ -6,7 +6,7 @@ pub mod status;
 
 pub use cluster_trainer_plugin::{
     ClusterTrainerPlugin, ClusterTrainerPluginSpec, ConfigMapSource, FailurePolicy, KindReference,
-    PluginGrants, PluginLimits, PluginPhase, PluginSourceSpec,
+    PluginGrants, PluginLimits, PluginPhase, PluginSourceSpec, PodSecurityGrants,
 };
 pub use status::{ClusterTrainerPluginStatus, DescribedPlugin, condition, reason};
 

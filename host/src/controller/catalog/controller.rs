@@ -284,6 +284,7 @@ async fn attempt(
         name.to_owned(),
         fetched.bytes.clone(),
         Some(digest.clone()),
+        fetched.builtin,
         &opts,
         catalog.objects().clone(),
     );

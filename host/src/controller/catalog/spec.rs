@@ -14,7 +14,7 @@ use trainforge_api::trainforge::v1alpha1::{
 };
 
 use crate::plugin::{
-    FailurePolicy as RuntimeFailurePolicy, Grants, Limits, ObjectSource, PluginSource,
+    FailurePolicy as RuntimeFailurePolicy, Grants, Limits, ObjectSource, PluginSource, PodGrants,
 };
 
 /// Shortest and longest call deadline accepted (the CRD enforces the same).
@@ -59,6 +59,8 @@ pub struct PluginOptions {
     pub phases: Option<Vec<Phase>>,
     /// Kinds the plugin may emit (what it declares when `None`).
     pub allowed_emits: Option<Vec<KindRef>>,
+    /// Kinds the plugin may read (what it declares when `None`).
+    pub allowed_reads: Option<Vec<KindRef>>,
 }
 
 /// A kind reference of the CRD as the runtime's [`KindRef`].
@@ -152,6 +154,15 @@ pub fn options(
         .map_or_else(Grants::default, |g| Grants {
             random: g.random.unwrap_or(false),
             clock: g.clock.unwrap_or(false),
+            pod: g.pod.as_ref().map_or_else(PodGrants::default, |p| PodGrants {
+                privileged: p.privileged.unwrap_or(false),
+                host_namespaces: p.host_namespaces.unwrap_or(false),
+                host_ports: p.host_ports.unwrap_or(false),
+                host_paths: p.host_paths.clone().unwrap_or_default(),
+                capabilities: p.capabilities.clone().unwrap_or_default(),
+                service_accounts: p.service_account_names.clone().unwrap_or_default(),
+                images: p.images.clone().unwrap_or_default(),
+            }),
         });
     let config = match &spec.config {
         None => "{}".to_owned(),
@@ -171,21 +182,27 @@ pub fn options(
             .allowed_kinds
             .as_ref()
             .map(|ks| ks.iter().map(kind_ref).collect()),
+        allowed_reads: spec
+            .allowed_reads
+            .as_ref()
+            .map(|ks| ks.iter().map(kind_ref).collect()),
     })
 }
 
-/// The [`PluginSource`] to load: bytes, pinned digest and every option.
-/// The runtime enforces the failure policy and the phase and emitted-kind
-/// narrowing on every call.
+/// The [`PluginSource`] to load: bytes, pinned digest, whether they are a
+/// builtin's, and every option. The runtime enforces the failure policy, the
+/// phase narrowing and the kind and pod-privilege rules on every call.
 pub fn plugin_source(
     label: String,
     bytes: Arc<[u8]>,
     sha256: Option<String>,
+    builtin: bool,
     opts: &PluginOptions,
     objects: Arc<dyn ObjectSource>,
 ) -> PluginSource {
     let mut src = PluginSource::new(label, bytes);
     src.sha256 = sha256;
+    src.builtin = builtin;
     src.config = opts.config.clone();
     src.grants = opts.grants.clone();
     src.limits = opts.limits;
@@ -196,6 +213,7 @@ pub fn plugin_source(
     };
     src.phases = opts.phases.clone();
     src.allowed_emits = opts.allowed_emits.clone();
+    src.allowed_reads = opts.allowed_reads.clone();
     src
 }
 
@@ -264,7 +282,7 @@ mod tests {
             o.grants,
             Grants {
                 random: true,
-                clock: false
+                ..Grants::default()
             }
         );
         let limits = o.limits.unwrap();

@@ -551,7 +551,7 @@ mod tests {
     /// builtins are not embedded (`TRAINFORGE_SKIP_BUILTIN_PLUGINS`).
     fn serving(c: &PluginCatalog, builtin: &str, order: i32) -> Option<Serving> {
         let b = find_builtin(builtin)?;
-        let p = c.runtime().load(b.source()).unwrap();
+        let p = c.runtime().load(b.trusted_source()).unwrap();
         Some(Serving::new(
             p,
             ClusterTrainerPluginSpec::default(),

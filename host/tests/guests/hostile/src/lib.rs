@@ -1,27 +1,79 @@
-//! A hostile plugin. The attack is chosen by the plugin config:
-//! `{"attack": "<name>"}`. It implements the raw WIT bindings (not the SDK
-//! trait) so it can return anything at all.
+//! A hostile plugin for the containment tests. It implements the raw WIT
+//! bindings (not the SDK trait) so it can return anything at all.
+//!
+//! What it *declares* comes from [`DESCRIPTOR`], a fixed-size block the
+//! tests overwrite in the compiled `.wasm` (after its marker) with a JSON
+//! descriptor, so one build yields any number of differently-declared
+//! components (each with its own sha256). Unpatched, it declares the
+//! default below.
+//!
+//! What it *does* is chosen by the plugin config, per call:
+//! - `{"attack": "<name>"}` for the named attacks in [`build`];
+//! - `{"set": [{"phase", "target": "trainjob"|"info", "pointer", "value"}]}`
+//!   sets JSON pointers in the TrainJob or info during that phase;
+//! - `{"emit": [objects]}` makes `build` return exactly those objects;
+//! - `{"read": {"apiVersion", "kind", "namespace", "name"}}` makes `build`
+//!   call `get-object` and return a ConfigMap `read-result` with the answer.
 
+use serde_json::{Value, json};
 use std::hint::black_box;
 use trainforge_sdk::bindings::exports::trainforge::plugin::guest::Guest;
 use trainforge_sdk::bindings::trainforge::plugin::host;
 use trainforge_sdk::bindings::trainforge::plugin::types::*;
 
+/// Marker + room for a JSON descriptor, patched by the tests. Must stay one
+/// array so the marker occurs once in the data segment.
+static DESCRIPTOR: [u8; 4096] = {
+    let marker = b"TRAINFORGE-HOSTILE-DESCRIPTOR:";
+    let mut block = [b' '; 4096];
+    let mut i = 0;
+    while i < marker.len() {
+        block[i] = marker[i];
+        i += 1;
+    }
+    block
+};
+
+const MARKER_LEN: usize = 30;
+
 struct Hostile;
 
-fn attack(config: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(config)
-        .ok()
-        .and_then(|v| v.get("attack").and_then(|a| a.as_str()).map(str::to_owned))
-        .unwrap_or_default()
+fn config(input: &str) -> Value {
+    serde_json::from_str(input).unwrap_or(Value::Null)
+}
+
+fn attack(config: &Value) -> String {
+    config.get("attack").and_then(Value::as_str).unwrap_or_default().to_owned()
 }
 
 fn kind(api_version: &str, kind: &str) -> KindRef {
     KindRef { api_version: api_version.into(), kind: kind.into() }
 }
 
+fn kinds(v: Option<&Value>) -> Vec<KindRef> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|k| Some(kind(k.get(0)?.as_str()?, k.get(1)?.as_str()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn strings(v: Option<&Value>) -> Option<Vec<String>> {
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+}
+
+fn declared() -> Value {
+    // Read through black_box so the optimiser cannot assume the contents.
+    let block: &[u8] = black_box(&DESCRIPTOR[..]);
+    let text = std::str::from_utf8(&block[MARKER_LEN..]).unwrap_or("").trim();
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
 fn leak(what: &str, data: String) -> Result<Vec<String>, PluginError> {
-    Ok(vec![serde_json::json!({
+    Ok(vec![json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "leak"},
         "data": {"what": what, "leaked": data},
@@ -29,51 +81,174 @@ fn leak(what: &str, data: String) -> Result<Vec<String>, PluginError> {
     .to_string()])
 }
 
+/// Set `pointer` in `doc` to `value`, creating objects on the way.
+fn set_pointer(doc: &mut Value, pointer: &str, value: Value) {
+    let parts: Vec<String> = pointer
+        .split('/')
+        .skip(1)
+        .map(|p| p.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    set_at(doc, &parts, value);
+}
+
+fn set_at(cur: &mut Value, parts: &[String], value: Value) {
+    let Some((part, rest)) = parts.split_first() else {
+        *cur = value;
+        return;
+    };
+    if let (Ok(idx), Some(arr)) = (part.parse::<usize>(), cur.as_array_mut()) {
+        while arr.len() <= idx {
+            arr.push(json!({}));
+        }
+        set_at(&mut arr[idx], rest, value);
+        return;
+    }
+    if !cur.is_object() {
+        *cur = json!({});
+    }
+    if let Some(map) = cur.as_object_mut() {
+        set_at(map.entry(part.clone()).or_insert(Value::Null), rest, value);
+    }
+}
+
+fn mutate(phase: &str, input: PhaseInput) -> Result<Mutation, PluginError> {
+    let cfg = config(&input.config);
+    match attack(&cfg).as_str() {
+        "loop-enforce" if phase == "enforce-ml-policy" => loop {
+            black_box(());
+        },
+        "bad-info" if phase == "enforce-ml-policy" => {
+            return Ok(Mutation { info: Some("{\"labels\": ".into()), trainjob: None });
+        }
+        "sleep-enforce" if phase == "enforce-ml-policy" => {
+            std::thread::sleep(std::time::Duration::from_secs(60));
+        }
+        _ => {}
+    }
+    let sets: Vec<&Value> = cfg
+        .get("set")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter(|s| s.get("phase").and_then(Value::as_str) == Some(phase)).collect())
+        .unwrap_or_default();
+    if sets.is_empty() {
+        return Ok(Mutation { info: None, trainjob: None });
+    }
+    let mut trainjob: Value = serde_json::from_str(&input.trainjob).unwrap_or(Value::Null);
+    let mut info: Value = serde_json::from_str(&input.info).unwrap_or(Value::Null);
+    let (mut tj_changed, mut info_changed) = (false, false);
+    for s in sets {
+        let pointer = s.get("pointer").and_then(Value::as_str).unwrap_or("");
+        let value = s.get("value").cloned().unwrap_or(Value::Null);
+        if s.get("target").and_then(Value::as_str) == Some("trainjob") {
+            set_pointer(&mut trainjob, pointer, value);
+            tj_changed = true;
+        } else {
+            set_pointer(&mut info, pointer, value);
+            info_changed = true;
+        }
+    }
+    Ok(Mutation {
+        info: info_changed.then(|| info.to_string()),
+        trainjob: tj_changed.then(|| trainjob.to_string()),
+    })
+}
+
 impl Guest for Hostile {
     fn describe() -> Descriptor {
+        let d = declared();
+        match d.get("describe").and_then(Value::as_str) {
+            Some("loop") => loop {
+                black_box(());
+            },
+            Some("sleep") => std::thread::sleep(std::time::Duration::from_secs(120)),
+            Some("trap") => panic!("hostile describe trapped on purpose"),
+            Some("alloc") => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    black_box(&hoard);
+                }
+            }
+            _ => {}
+        }
+        let s = |k: &str, default: &str| {
+            d.get(k).and_then(Value::as_str).unwrap_or(default).to_owned()
+        };
+        let mut name = s("name", "hostile");
+        if let Some(n) = d.get("name_repeat").and_then(Value::as_u64) {
+            name = name.repeat(n as usize);
+        }
+        let mut reads = if d.get("reads").is_some() {
+            kinds(d.get("reads"))
+        } else {
+            vec![kind("v1", "ConfigMap")]
+        };
+        if let Some(n) = d.get("generate_reads").and_then(Value::as_u64) {
+            reads.extend((0..n).map(|i| kind("example.com/v1", &format!("Kind{i}"))));
+        }
         Descriptor {
-            name: "hostile".into(),
-            version: "0.0.0".into(),
-            wit_version: "0.1.0".into(),
-            policy_keys: vec![],
-            phases: vec!["enforce-ml-policy".into(), "build".into(), "status".into()],
-            emits: vec![
-                kind("v1", "ConfigMap"),
-                kind("v1", "Secret"),
-                // Declared, yet the host must still refuse it.
-                kind("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
-            ],
-            reads: vec![kind("v1", "ConfigMap")],
-            watches: vec![],
-            capabilities: vec![],
+            name,
+            version: s("version", "0.0.0"),
+            wit_version: s("wit_version", "0.1.0"),
+            policy_keys: strings(d.get("policy_keys")).unwrap_or_default(),
+            phases: strings(d.get("phases")).unwrap_or_else(|| {
+                ["enforce-ml-policy", "enforce-pod-spec", "pre-build", "build", "validate"]
+                    .map(String::from)
+                    .to_vec()
+            }),
+            emits: if d.get("emits").is_some() {
+                kinds(d.get("emits"))
+            } else {
+                vec![kind("v1", "ConfigMap"), kind("jobset.x-k8s.io/v1alpha2", "JobSet")]
+            },
+            reads,
+            watches: kinds(d.get("watches")),
+            capabilities: strings(d.get("capabilities")).unwrap_or_default(),
         }
     }
 
     fn enforce_ml_policy(input: PhaseInput) -> Result<Mutation, PluginError> {
-        match attack(&input.config).as_str() {
-            "bad-info" => Ok(Mutation { info: Some("{\"labels\": ".into()), trainjob: None }),
-            "loop-enforce" => loop {
-                black_box(());
-            },
-            _ => Ok(Mutation { info: None, trainjob: None }),
-        }
+        mutate("enforce-ml-policy", input)
     }
 
-    fn enforce_pod_group_policy(_: PhaseInput) -> Result<Mutation, PluginError> {
-        Ok(Mutation { info: None, trainjob: None })
+    fn enforce_pod_group_policy(input: PhaseInput) -> Result<Mutation, PluginError> {
+        mutate("enforce-pod-group-policy", input)
     }
 
-    fn enforce_pod_spec(_: PhaseInput) -> Result<Mutation, PluginError> {
-        Ok(Mutation { info: None, trainjob: None })
+    fn enforce_pod_spec(input: PhaseInput) -> Result<Mutation, PluginError> {
+        mutate("enforce-pod-spec", input)
     }
 
-    fn pre_build(_: PhaseInput) -> Result<Mutation, PluginError> {
-        Ok(Mutation { info: None, trainjob: None })
+    fn pre_build(input: PhaseInput) -> Result<Mutation, PluginError> {
+        mutate("pre-build", input)
     }
 
     fn build(input: PhaseInput) -> Result<Vec<String>, PluginError> {
-        let obj = |v: serde_json::Value| Ok(vec![v.to_string()]);
-        match attack(&input.config).as_str() {
+        let cfg = config(&input.config);
+        if let Some(objects) = cfg.get("emit").and_then(Value::as_array) {
+            return Ok(objects.iter().map(Value::to_string).collect());
+        }
+        if let Some(r) = cfg.get("read") {
+            let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or_default();
+            let times = r.get("times").and_then(Value::as_u64).unwrap_or(1);
+            let mut answer = String::new();
+            for _ in 0..times {
+                answer = match host::get_object(&kind(s("apiVersion"), s("kind")), s("namespace"), s("name")) {
+                    Ok(Some(o)) => format!("found: {o}"),
+                    Ok(None) => "absent".into(),
+                    Err(HostError::Denied(m)) => format!("denied: {m}"),
+                    Err(HostError::Unavailable(m)) => format!("unavailable: {m}"),
+                };
+            }
+            return Ok(vec![json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "read-result"},
+                "data": {"result": answer},
+            })
+            .to_string()]);
+        }
+        let obj = |v: Value| Ok(vec![v.to_string()]);
+        match attack(&cfg).as_str() {
             "loop" => {
                 let mut x = 0u64;
                 loop {
@@ -87,24 +262,36 @@ impl Guest for Hostile {
                     black_box(&hoard);
                 }
             }
+            "sleep" => {
+                std::thread::sleep(std::time::Duration::from_secs(60));
+                Ok(vec![])
+            }
             "panic" => panic!("hostile plugin panicked on purpose"),
             "huge-output" => Ok(vec!["x".repeat(100 << 20)]),
+            "huge-error" => Err(PluginError::Internal("E\nINFO forged line ".repeat(1 << 19))),
+            "many-objects" => Ok((0..2000)
+                .map(|i| {
+                    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm-{i}")}})
+                        .to_string()
+                })
+                .collect()),
             "invalid-json" => Ok(vec!["{\"apiVersion\": \"v1\", \"kind\": ".into()]),
-            "cluster-role-binding" => obj(serde_json::json!({
+            "stderr-flood" => {
+                for _ in 0..100_000 {
+                    eprintln!("{}", "noise ".repeat(100));
+                }
+                panic!("after the flood")
+            }
+            "wasi-random-huge" => {
+                // Raw WASI import: the host must not allocate a gigabyte.
+                let bytes = wasi_random(1 << 30);
+                leak("random", bytes.len().to_string())
+            }
+            "cluster-role-binding" => obj(json!({
                 "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                 "metadata": {"name": "pwn"},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
                 "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "team"}],
-            })),
-            "secret-other-namespace" => obj(serde_json::json!({
-                "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": "stolen", "namespace": "kube-system"},
-            })),
-            "foreign-owner" => obj(serde_json::json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "cm", "ownerReferences": [{
-                    "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                    "name": "someone-elses-job", "uid": "other-uid", "controller": true}]},
             })),
             "file" => match std::fs::read_to_string("/etc/passwd") {
                 Ok(s) => leak("file", s),
@@ -138,31 +325,59 @@ impl Guest for Hostile {
                 Err(HostError::Denied(m)) => Err(PluginError::Internal(format!("blocked: random: {m}"))),
                 Err(HostError::Unavailable(m)) => Err(PluginError::Internal(format!("random unavailable: {m}"))),
             },
-            "read-secret" => match host::get_object(&kind("v1", "Secret"), "team", "creds") {
-                Ok(v) => leak("secret", format!("{v:?}")),
-                Err(HostError::Denied(m)) => Err(PluginError::Internal(format!("blocked: get-object: {m}"))),
-                Err(HostError::Unavailable(m)) => Err(PluginError::Internal(format!("get-object unavailable: {m}"))),
-            },
             "log-flood" => {
                 for _ in 0..10_000 {
                     host::log(LogLevel::Info, &"spam ".repeat(1000));
                 }
                 Ok(vec![])
             }
+            "log-forge" => {
+                host::log(LogLevel::Error, "innocent\n{\"level\":\"ERROR\",\"message\":\"FORGED operator line\"}\r\u{1b}[2K");
+                Ok(vec![])
+            }
             _ => Ok(vec![]),
         }
     }
 
-    fn validate(_: ValidateInput) -> Result<Validation, PluginError> {
-        Ok(Validation { warnings: vec![], errors: vec![] })
+    fn validate(input: ValidateInput) -> Result<Validation, PluginError> {
+        let cfg = config(&input.config);
+        match attack(&cfg).as_str() {
+            "many-warnings" => Ok(Validation {
+                warnings: (0..10_000).map(|i| format!("warning {i}")).collect(),
+                errors: vec![],
+            }),
+            "forged-warning" => Ok(Validation {
+                warnings: vec!["ok\nWarning: forged second warning".into()],
+                errors: vec![],
+            }),
+            _ => Ok(Validation { warnings: vec![], errors: vec![] }),
+        }
     }
 
     fn status(input: PhaseInput) -> Result<Option<String>, PluginError> {
-        match attack(&input.config).as_str() {
+        match attack(&config(&input.config)).as_str() {
             "bad-status" => Ok(Some("not json".into())),
+            "complete" => Ok(Some(
+                json!({"conditions": [{"type": "Complete", "status": "True", "reason": "Forged",
+                    "message": "forged by a hostile plugin", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+                .to_string(),
+            )),
             _ => Ok(None),
         }
     }
+}
+
+/// `wasi:random/random.get-random-bytes`, called directly.
+fn wasi_random(len: u64) -> Vec<u8> {
+    #[link(wasm_import_module = "wasi:random/random@0.2.0")]
+    unsafe extern "C" {
+        #[link_name = "get-random-bytes"]
+        fn get_random_bytes(len: i64, ret: *mut u8);
+    }
+    let mut ret = [0u32; 2];
+    unsafe { get_random_bytes(len as i64, ret.as_mut_ptr().cast()) };
+    let (ptr, n) = (ret[0] as usize, ret[1] as usize);
+    unsafe { Vec::from_raw_parts(ptr as *mut u8, n, n) }
 }
 
 trainforge_sdk::bindings::export!(Hostile with_types_in trainforge_sdk::bindings);

@@ -1,0 +1,262 @@
+//! What the host accepts from `describe`. A descriptor is the plugin's own
+//! claim about itself, so every field is checked and bounded before it is
+//! used as a metric label, a log field, a watch or a routing key:
+//!
+//! - `name`: a DNS label (lower-case letters, digits, `-`; at most 63) and
+//!   not the name of a builtin plugin unless the component *is* that
+//!   builtin (so a plugin cannot take over `jobset`'s place);
+//! - `version`: at most 64 characters of `[A-Za-z0-9.+_-]`;
+//! - `wit-version`: a version this host serves;
+//! - `policy-keys`: at most [`MAX_POLICY_KEYS`], each `mlPolicy` or
+//!   `podGroupPolicy` optionally followed by `.<field>`;
+//! - `phases`: at most [`MAX_PHASES`] names of at most 64 characters
+//!   (names this host does not know are ignored);
+//! - `emits`, `reads`, `watches`: at most [`MAX_KINDS`] each and
+//!   [`MAX_DISTINCT_KINDS`] together, each a valid `apiVersion` and `kind`;
+//! - `capabilities`: at most [`MAX_CAPABILITIES`] names of at most 64
+//!   characters.
+
+use super::Error;
+use super::bounded;
+use trainforge_api::plugin::{Descriptor, KindRef, WIT_VERSION};
+
+/// Policy keys one plugin may serve.
+pub const MAX_POLICY_KEYS: usize = 16;
+/// Phase names one plugin may list.
+pub const MAX_PHASES: usize = 16;
+/// Kinds in each of `emits`, `reads` and `watches`.
+pub const MAX_KINDS: usize = 16;
+/// Distinct kinds across `emits`, `reads` and `watches`.
+pub const MAX_DISTINCT_KINDS: usize = 24;
+/// Capabilities one plugin may request.
+pub const MAX_CAPABILITIES: usize = 8;
+
+/// Whether `s` is a DNS label (RFC 1123, at most 63 characters).
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// Whether `k` is a syntactically valid kind reference: `v1` or
+/// `group/version`, and a CamelCase kind of at most 63 characters.
+pub fn valid_kind(k: &KindRef) -> bool {
+    let version_ok = |v: &str| {
+        v.len() <= 63
+            && v.starts_with('v')
+            && v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    let api_ok = match k.api_version.split_once('/') {
+        None => version_ok(&k.api_version),
+        Some((group, version)) => is_dns_subdomain(group) && version_ok(version),
+    };
+    let kind_ok = k.kind.len() <= 63
+        && k.kind.starts_with(|c: char| c.is_ascii_uppercase())
+        && k.kind.bytes().all(|b| b.is_ascii_alphanumeric());
+    api_ok && kind_ok
+}
+
+fn valid_policy_key(k: &str) -> bool {
+    let (root, rest) = match k.split_once('.') {
+        Some((r, rest)) => (r, Some(rest)),
+        None => (k, None),
+    };
+    k.len() <= 64
+        && matches!(root, "mlPolicy" | "podGroupPolicy")
+        && rest.is_none_or(|f| {
+            f.starts_with(|c: char| c.is_ascii_lowercase())
+                && f.bytes().all(|b| b.is_ascii_alphanumeric())
+        })
+}
+
+/// Check `d` (see the module rules). `label` names the plugin in errors
+/// until its name is known to be valid; `builtin_names` are the names
+/// reserved for the binary's builtin plugins, which only a builtin
+/// component (`is_builtin`) may use.
+pub fn check(
+    label: &str,
+    d: &Descriptor,
+    is_builtin: bool,
+    builtin_names: &[String],
+) -> Result<(), Error> {
+    let who = if is_dns_label(&d.name) {
+        d.name.clone()
+    } else {
+        label.to_owned()
+    };
+    let bad = |message: String| Error::InvalidDescriptor {
+        plugin: who.clone(),
+        message,
+    };
+    if !is_dns_label(&d.name) {
+        return Err(bad(format!(
+            "name {:?} is not a DNS label (lower-case letters, digits and '-', at most 63)",
+            bounded::sanitize(&d.name, 80)
+        )));
+    }
+    if !is_builtin && builtin_names.iter().any(|b| *b == d.name) {
+        return Err(bad(format!(
+            "name {:?} is reserved for the builtin plugin of that name",
+            d.name
+        )));
+    }
+    let version_ok = !d.version.is_empty()
+        && d.version.len() <= 64
+        && d.version
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+._-".contains(&b));
+    if !version_ok {
+        return Err(bad(format!(
+            "version {:?} is not 1 to 64 characters of [A-Za-z0-9.+_-]",
+            bounded::sanitize(&d.version, 80)
+        )));
+    }
+    if !super::load::wit_compatible(&d.wit_version) {
+        return Err(Error::IncompatibleInterface {
+            plugin: who.clone(),
+            message: format!(
+                "describe() reports WIT version {:?}; this host serves {WIT_VERSION}",
+                bounded::sanitize(&d.wit_version, 40)
+            ),
+        });
+    }
+    if d.policy_keys.len() > MAX_POLICY_KEYS {
+        return Err(bad(format!(
+            "{} policy keys; at most {MAX_POLICY_KEYS}",
+            d.policy_keys.len()
+        )));
+    }
+    if let Some(k) = d.policy_keys.iter().find(|k| !valid_policy_key(k)) {
+        return Err(bad(format!(
+            "policy key {:?} is not mlPolicy[.<field>] or podGroupPolicy[.<field>]",
+            bounded::sanitize(k, 80)
+        )));
+    }
+    if d.phases.len() > MAX_PHASES || d.phases.iter().any(|p| p.len() > 64) {
+        return Err(bad(format!(
+            "at most {MAX_PHASES} phase names of at most 64 characters"
+        )));
+    }
+    for (what, kinds) in [
+        ("emits", &d.emits),
+        ("reads", &d.reads),
+        ("watches", &d.watches),
+    ] {
+        if kinds.len() > MAX_KINDS {
+            return Err(bad(format!(
+                "{} kinds in {what}; at most {MAX_KINDS}",
+                kinds.len()
+            )));
+        }
+        if let Some(k) = kinds.iter().find(|k| !valid_kind(k)) {
+            return Err(bad(format!(
+                "{what} has an invalid kind reference {:?}",
+                bounded::sanitize(&k.to_string(), 120)
+            )));
+        }
+    }
+    let distinct: std::collections::BTreeSet<&KindRef> =
+        d.emits.iter().chain(&d.reads).chain(&d.watches).collect();
+    if distinct.len() > MAX_DISTINCT_KINDS {
+        return Err(bad(format!(
+            "{} distinct kinds across emits, reads and watches; at most {MAX_DISTINCT_KINDS}",
+            distinct.len()
+        )));
+    }
+    if d.capabilities.len() > MAX_CAPABILITIES || d.capabilities.iter().any(|c| c.len() > 64) {
+        return Err(bad(format!(
+            "at most {MAX_CAPABILITIES} capabilities of at most 64 characters"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> Descriptor {
+        Descriptor {
+            name: "vendor-env".into(),
+            version: "1.2.3-rc.1+build".into(),
+            wit_version: "0.1.0".into(),
+            policy_keys: vec!["mlPolicy.torch".into(), "podGroupPolicy".into()],
+            phases: vec!["build".into(), "some-future-phase".into()],
+            emits: vec![KindRef::new("v1", "ConfigMap")],
+            reads: vec![KindRef::new("jobset.x-k8s.io/v1alpha2", "JobSet")],
+            watches: vec![],
+            capabilities: vec!["random".into()],
+        }
+    }
+
+    fn reason(d: Descriptor) -> String {
+        check("file.wasm", &d, false, &["jobset".into(), "torch".into()])
+            .map_or_else(|e| e.to_string(), |()| "ok".into())
+    }
+
+    #[test]
+    fn accepts_a_good_descriptor() {
+        assert_eq!(reason(good()), "ok");
+    }
+
+    #[test]
+    fn refuses_each_bad_field() {
+        let cases: Vec<(Descriptor, &str)> = vec![
+            (Descriptor { name: "x".repeat(300), ..good() }, "DNS label"),
+            (Descriptor { name: "Evil\nINFO forged".into(), ..good() }, "DNS label"),
+            (Descriptor { name: "jobset".into(), ..good() }, "reserved"),
+            (Descriptor { version: "1 2".into(), ..good() }, "version"),
+            (Descriptor { version: "v".repeat(65), ..good() }, "version"),
+            (Descriptor { wit_version: "9.0.0".into(), ..good() }, "IncompatibleInterface"),
+            (Descriptor { policy_keys: vec!["spec.evil".into()], ..good() }, "policy key"),
+            (Descriptor { policy_keys: vec!["mlPolicy.x".into(); 17], ..good() }, "policy keys"),
+            (Descriptor { phases: vec!["build".into(); 17], ..good() }, "phase"),
+            (
+                Descriptor {
+                    reads: (0..17).map(|i| KindRef::new("v1", format!("K{i}"))).collect(),
+                    ..good()
+                },
+                "reads",
+            ),
+            (
+                Descriptor {
+                    emits: (0..12).map(|i| KindRef::new("v1", format!("E{i}"))).collect(),
+                    reads: (0..12).map(|i| KindRef::new("v1", format!("R{i}"))).collect(),
+                    watches: (0..4).map(|i| KindRef::new("v1", format!("W{i}"))).collect(),
+                    ..good()
+                },
+                "distinct",
+            ),
+            (
+                Descriptor { emits: vec![KindRef::new("v1", "config map")], ..good() },
+                "invalid kind",
+            ),
+            (
+                Descriptor { emits: vec![KindRef::new("Evil_Group/v1", "X")], ..good() },
+                "invalid kind",
+            ),
+            (Descriptor { capabilities: vec!["c".into(); 9], ..good() }, "capabilities"),
+        ];
+        for (d, want) in cases {
+            let got = reason(d);
+            assert!(got.contains(want), "want {want:?} in {got:?}");
+            assert!(!got.contains('\n'), "{got:?}");
+        }
+    }
+
+    #[test]
+    fn builtins_may_use_their_names() {
+        let d = Descriptor {
+            name: "jobset".into(),
+            ..good()
+        };
+        assert!(check("builtin:plugin-jobset", &d, true, &["jobset".into()]).is_ok());
+    }
+}

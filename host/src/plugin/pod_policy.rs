@@ -1,0 +1,486 @@
+//! Pod-security policy on what a plugin *changed*.
+//!
+//! Whatever the runtime author and the TrainJob's user wrote is theirs to
+//! write (and the cluster's Pod Security Admission judges it). A plugin,
+//! though, may only add to the pods it shapes what the Pod Security
+//! Standards "baseline" level allows, plus what its configuration grants
+//! ([`PodGrants`]). The host compares the privileges present in what a
+//! plugin was given with those in what it returned, after every call:
+//!
+//! - an enforce or pre-build phase: the TrainJob and info before and after;
+//! - `build`: the TrainJob and info it was given, and every object it
+//!   emitted.
+//!
+//! A privilege the plugin introduced and was not granted refuses the call
+//! ([`Error::PodSecurity`](super::Error::PodSecurity)).
+//!
+//! Privileges ([`Privilege`]) are found anywhere in a document by field
+//! name (`securityContext`, `hostNetwork`, `hostPath`, `hostPort`,
+//! `serviceAccountName`, `image`, AppArmor/seccomp annotations), so the
+//! same rules cover the info's pod sets, the JobSet template inside it, the
+//! TrainJob's `runtimePatches`/`podTemplateOverrides` and every kind of
+//! emitted object. Container-level privileges are keyed by container name
+//! (a plugin cannot make a second container privileged because the first
+//! one is); host paths, images and service accounts by value. ConfigMap and
+//! Secret payloads (`data`, `binaryData`, `stringData`) are not pod content
+//! and are not searched.
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// Capabilities a baseline pod may add (Pod Security Standards).
+const BASELINE_CAPABILITIES: &[&str] = &[
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// Sysctls a baseline pod may set.
+const SAFE_SYSCTLS: &[&str] = &[
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+];
+
+/// SELinux types a baseline pod may use.
+const BASELINE_SELINUX_TYPES: &[&str] = &[
+    "",
+    "container_t",
+    "container_init_t",
+    "container_kvm_t",
+    "container_engine_t",
+];
+
+/// One privilege a pod template can carry beyond the baseline level, or one
+/// identity-changing setting (service account, image).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Privilege {
+    /// `securityContext.privileged: true` on a container.
+    Privileged {
+        /// Container name (`?` when unnamed).
+        container: String,
+    },
+    /// A capability outside the baseline set in `capabilities.add`.
+    Capability {
+        /// Container name.
+        container: String,
+        /// Capability, upper case without `CAP_`.
+        name: String,
+    },
+    /// `hostNetwork`, `hostPID` or `hostIPC` set to true.
+    HostNamespace(&'static str),
+    /// A `hostPath` volume.
+    HostPath(String),
+    /// A container port bound on the host.
+    HostPort(i64),
+    /// Any other relaxation beyond baseline (unconfined seccomp/AppArmor,
+    /// SELinux type or user/role, unmasked `/proc`, unsafe sysctls, Windows
+    /// host processes), described.
+    Other(String),
+    /// `serviceAccountName` (or the deprecated `serviceAccount`).
+    ServiceAccount(String),
+    /// A container image.
+    Image(String),
+}
+
+impl std::fmt::Display for Privilege {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Privilege::Privileged { container } => {
+                write!(f, "privileged container {container:?}")
+            }
+            Privilege::Capability { container, name } => {
+                write!(f, "capability {name} on container {container:?}")
+            }
+            Privilege::HostNamespace(which) => write!(f, "{which}: true"),
+            Privilege::HostPath(p) => write!(f, "hostPath volume {p:?}"),
+            Privilege::HostPort(p) => write!(f, "hostPort {p}"),
+            Privilege::Other(what) => f.write_str(what),
+            Privilege::ServiceAccount(sa) => write!(f, "serviceAccountName {sa:?}"),
+            Privilege::Image(i) => write!(f, "image {i:?}"),
+        }
+    }
+}
+
+/// What a plugin may add to pods beyond the baseline level. The default
+/// grants nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodGrants {
+    /// Privileged containers and every other relaxation beyond baseline
+    /// (any capability, unconfined profiles, SELinux, `/proc`, sysctls).
+    pub privileged: bool,
+    /// `hostNetwork`, `hostPID`, `hostIPC`.
+    pub host_namespaces: bool,
+    /// Host ports.
+    pub host_ports: bool,
+    /// `hostPath` volumes under these path prefixes (`/` = any).
+    pub host_paths: Vec<String>,
+    /// Capabilities beyond the baseline set (upper case, without `CAP_`).
+    pub capabilities: Vec<String>,
+    /// Service accounts a plugin may set (`*` = any).
+    pub service_accounts: Vec<String>,
+    /// Image prefixes a plugin may set (`*` = any).
+    pub images: Vec<String>,
+}
+
+impl PodGrants {
+    /// `Ok` if `p` is granted; otherwise the grant that would allow it.
+    pub fn check(&self, p: &Privilege) -> Result<(), &'static str> {
+        let ok = match p {
+            Privilege::Privileged { .. } | Privilege::Other(_) => self.privileged,
+            Privilege::Capability { name, .. } => {
+                self.privileged || self.capabilities.iter().any(|c| normalize_cap(c) == *name)
+            }
+            Privilege::HostNamespace(_) => self.host_namespaces,
+            Privilege::HostPort(_) => self.host_ports,
+            Privilege::HostPath(path) => self.host_paths.iter().any(|prefix| under(path, prefix)),
+            Privilege::ServiceAccount(sa) => {
+                self.service_accounts.iter().any(|s| s == "*" || s == sa)
+            }
+            Privilege::Image(image) => self
+                .images
+                .iter()
+                .any(|prefix| prefix == "*" || image.starts_with(prefix.as_str())),
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(match p {
+            Privilege::Privileged { .. } | Privilege::Other(_) => "grants.pod.privileged",
+            Privilege::Capability { .. } => "grants.pod.capabilities",
+            Privilege::HostNamespace(_) => "grants.pod.hostNamespaces",
+            Privilege::HostPort(_) => "grants.pod.hostPorts",
+            Privilege::HostPath(_) => "grants.pod.hostPaths",
+            Privilege::ServiceAccount(_) => "grants.pod.serviceAccountNames",
+            Privilege::Image(_) => "grants.pod.images",
+        })
+    }
+}
+
+/// Whether `path` is `prefix` or below it (by path components).
+fn under(path: &str, prefix: &str) -> bool {
+    let norm = |s: &str| s.trim_end_matches('/').to_owned();
+    let (path, prefix) = (norm(path), norm(prefix));
+    prefix.is_empty() || path == prefix || path.starts_with(&format!("{prefix}/"))
+}
+
+fn normalize_cap(c: &str) -> String {
+    let up = c.trim().to_ascii_uppercase();
+    up.strip_prefix("CAP_").map(str::to_owned).unwrap_or(up)
+}
+
+/// Every privilege found in `doc`.
+pub fn privileges(doc: &Value) -> BTreeSet<Privilege> {
+    let mut out = BTreeSet::new();
+    walk(doc, "?", &mut out);
+    out
+}
+
+/// The privileges in `after` that are not in `before`.
+pub fn added<'a>(
+    before: &'a BTreeSet<Privilege>,
+    after: &'a BTreeSet<Privilege>,
+) -> impl Iterator<Item = &'a Privilege> {
+    after.difference(before)
+}
+
+fn walk(v: &Value, container: &str, out: &mut BTreeSet<Privilege>) {
+    match v {
+        Value::Object(map) => {
+            for (key, x) in map {
+                match key.as_str() {
+                    "containers" | "initContainers" | "ephemeralContainers" => match x {
+                        Value::Array(items) => {
+                            for item in items {
+                                let name = item.get("name").and_then(Value::as_str).unwrap_or("?");
+                                walk(item, name, out);
+                            }
+                        }
+                        other => walk(other, container, out),
+                    },
+                    "securityContext" => security_context(x, container, out),
+                    "hostNetwork" | "hostPID" | "hostIPC" => {
+                        if x.as_bool() == Some(true) {
+                            out.insert(Privilege::HostNamespace(match key.as_str() {
+                                "hostNetwork" => "hostNetwork",
+                                "hostPID" => "hostPID",
+                                _ => "hostIPC",
+                            }));
+                        }
+                    }
+                    "hostPath" => match x {
+                        Value::Object(h) => {
+                            let path = h.get("path").and_then(Value::as_str).unwrap_or_default();
+                            out.insert(Privilege::HostPath(path.to_owned()));
+                        }
+                        Value::Null => {}
+                        other => {
+                            out.insert(Privilege::HostPath(other.to_string()));
+                        }
+                    },
+                    "hostPort" => {
+                        if let Some(n) = x.as_i64().filter(|n| *n != 0) {
+                            out.insert(Privilege::HostPort(n));
+                        } else if !x.is_null() && x.as_i64().is_none() {
+                            out.insert(Privilege::Other(format!("hostPort {x}")));
+                        }
+                    }
+                    "serviceAccountName" | "serviceAccount" => {
+                        if let Some(sa) = x.as_str().filter(|s| !s.is_empty()) {
+                            out.insert(Privilege::ServiceAccount(sa.to_owned()));
+                        }
+                    }
+                    "image" => match x {
+                        Value::String(s) if !s.is_empty() => {
+                            out.insert(Privilege::Image(s.clone()));
+                        }
+                        // An image volume (`image: {reference: ...}`).
+                        Value::Object(o) => {
+                            if let Some(r) = o.get("reference").and_then(Value::as_str) {
+                                out.insert(Privilege::Image(r.to_owned()));
+                            }
+                        }
+                        _ => {}
+                    },
+                    "annotations" => annotations(x, out),
+                    "data" | "binaryData" | "stringData" => {}
+                    _ => walk(x, container, out),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for x in items {
+                walk(x, container, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn security_context(sc: &Value, container: &str, out: &mut BTreeSet<Privilege>) {
+    let Some(sc) = sc.as_object() else { return };
+    let c = || container.to_owned();
+    if sc.get("privileged").and_then(Value::as_bool) == Some(true) {
+        out.insert(Privilege::Privileged { container: c() });
+    }
+    if let Some(add) = sc.pointer_in("capabilities", "add").and_then(Value::as_array) {
+        for cap in add {
+            let name = normalize_cap(cap.as_str().unwrap_or_default());
+            if !BASELINE_CAPABILITIES.contains(&name.as_str()) {
+                out.insert(Privilege::Capability {
+                    container: c(),
+                    name,
+                });
+            }
+        }
+    }
+    if let Some(pm) = sc.get("procMount").and_then(Value::as_str)
+        && pm != "Default"
+        && !pm.is_empty()
+    {
+        out.insert(Privilege::Other(format!(
+            "procMount {pm:?} on container {container:?}"
+        )));
+    }
+    if let Some(se) = sc.get("seLinuxOptions").and_then(Value::as_object) {
+        let s = |k: &str| se.get(k).and_then(Value::as_str).unwrap_or_default();
+        if !BASELINE_SELINUX_TYPES.contains(&s("type")) || !s("user").is_empty() || !s("role").is_empty()
+        {
+            out.insert(Privilege::Other(format!(
+                "seLinuxOptions {} on {container:?}",
+                Value::Object(se.clone())
+            )));
+        }
+    }
+    for key in ["seccompProfile", "appArmorProfile"] {
+        if sc.pointer_in(key, "type").and_then(Value::as_str) == Some("Unconfined") {
+            out.insert(Privilege::Other(format!(
+                "{key} Unconfined on {container:?}"
+            )));
+        }
+    }
+    if sc.pointer_in("windowsOptions", "hostProcess").and_then(Value::as_bool) == Some(true) {
+        out.insert(Privilege::Other("windowsOptions.hostProcess".to_owned()));
+    }
+    if let Some(sysctls) = sc.get("sysctls").and_then(Value::as_array) {
+        for s in sysctls {
+            let name = s.get("name").and_then(Value::as_str).unwrap_or_default();
+            if !SAFE_SYSCTLS.contains(&name) {
+                out.insert(Privilege::Other(format!("sysctl {name:?}")));
+            }
+        }
+    }
+}
+
+fn annotations(a: &Value, out: &mut BTreeSet<Privilege>) {
+    let Some(a) = a.as_object() else { return };
+    for (k, v) in a {
+        let v = v.as_str().unwrap_or_default();
+        if k.starts_with("container.apparmor.security.beta.kubernetes.io/")
+            && v != "runtime/default"
+            && !v.starts_with("localhost/")
+        {
+            out.insert(Privilege::Other(format!("AppArmor annotation {k}={v}")));
+        }
+        if (k == "seccomp.security.alpha.kubernetes.io/pod"
+            || k.starts_with("container.seccomp.security.alpha.kubernetes.io/"))
+            && v == "unconfined"
+        {
+            out.insert(Privilege::Other(format!("seccomp annotation {k}={v}")));
+        }
+    }
+}
+
+/// `map[a][b]`.
+trait PointerIn {
+    fn pointer_in(&self, a: &str, b: &str) -> Option<&Value>;
+}
+
+impl PointerIn for serde_json::Map<String, Value> {
+    fn pointer_in(&self, a: &str, b: &str) -> Option<&Value> {
+        self.get(a)?.get(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(spec: Value) -> Value {
+        json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": {"spec": spec}}}}]}})
+    }
+
+    #[test]
+    fn finds_every_baseline_violation() {
+        let p = privileges(&pod(json!({
+            "hostNetwork": true, "hostPID": true, "hostIPC": false,
+            "serviceAccountName": "admin",
+            "securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}, {"name": "net.ipv4.tcp_syncookies", "value": "1"}]},
+            "volumes": [{"name": "root", "hostPath": {"path": "/"}}, {"name": "cm", "configMap": {"name": "x"}}],
+            "containers": [
+                {"name": "a", "image": "evil:1", "ports": [{"containerPort": 1, "hostPort": 22}],
+                 "securityContext": {"privileged": true, "procMount": "Unmasked",
+                    "capabilities": {"add": ["CAP_SYS_ADMIN", "NET_BIND_SERVICE"]},
+                    "seccompProfile": {"type": "Unconfined"}, "seLinuxOptions": {"type": "spc_t"}}},
+                {"name": "b", "image": "ok:1", "securityContext": {"privileged": false, "appArmorProfile": {"type": "RuntimeDefault"}}}
+            ]
+        })));
+        let has = |x: Privilege| assert!(p.contains(&x), "missing {x}: {p:?}");
+        has(Privilege::HostNamespace("hostNetwork"));
+        has(Privilege::HostNamespace("hostPID"));
+        has(Privilege::ServiceAccount("admin".into()));
+        has(Privilege::HostPath("/".into()));
+        has(Privilege::HostPort(22));
+        has(Privilege::Privileged {
+            container: "a".into(),
+        });
+        has(Privilege::Capability {
+            container: "a".into(),
+            name: "SYS_ADMIN".into(),
+        });
+        has(Privilege::Image("evil:1".into()));
+        has(Privilege::Image("ok:1".into()));
+        assert!(!p.contains(&Privilege::HostNamespace("hostIPC")));
+        assert!(!p.contains(&Privilege::Privileged {
+            container: "b".into()
+        }));
+        let others: Vec<String> = p
+            .iter()
+            .filter_map(|x| match x {
+                Privilege::Other(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(others.len(), 4, "{others:?}");
+        assert!(!others.iter().any(|o| o.contains("tcp_syncookies")));
+    }
+
+    #[test]
+    fn payloads_are_not_pod_content() {
+        let cm = json!({"kind": "ConfigMap", "data": {"image": "x", "hostNetwork": "true"},
+            "stringData": {"securityContext": {"privileged": true}}});
+        assert!(privileges(&cm).is_empty());
+    }
+
+    #[test]
+    fn annotations_and_patches_count() {
+        let tj = json!({"spec": {"runtimePatches": [{"manager": "x", "trainingRuntimeSpec": {"template": {"spec": {
+            "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {
+                "metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/node": "unconfined"}},
+                "spec": {"hostNetwork": true}}}}}]}}}}]}});
+        let p = privileges(&tj);
+        assert!(p.contains(&Privilege::HostNamespace("hostNetwork")));
+        assert!(p.iter().any(|x| matches!(x, Privilege::Other(s) if s.contains("AppArmor"))));
+    }
+
+    #[test]
+    fn grants() {
+        let none = PodGrants::default();
+        let some = PodGrants {
+            host_paths: vec!["/data".into()],
+            capabilities: vec!["cap_net_admin".into()],
+            service_accounts: vec!["trainer".into()],
+            images: vec!["registry.example/".into()],
+            ..PodGrants::default()
+        };
+        let cases = [
+            (Privilege::HostPath("/data/x".into()), true),
+            (Privilege::HostPath("/database".into()), false),
+            (Privilege::HostPath("/".into()), false),
+            (
+                Privilege::Capability {
+                    container: "c".into(),
+                    name: "NET_ADMIN".into(),
+                },
+                true,
+            ),
+            (Privilege::ServiceAccount("trainer".into()), true),
+            (Privilege::ServiceAccount("admin".into()), false),
+            (Privilege::Image("registry.example/a:1".into()), true),
+            (Privilege::Image("evil.example/a:1".into()), false),
+            (Privilege::HostNamespace("hostPID"), false),
+        ];
+        for (p, ok) in cases {
+            assert_eq!(some.check(&p).is_ok(), ok, "{p}");
+            assert!(none.check(&p).is_err(), "{p}");
+        }
+        assert_eq!(
+            none.check(&Privilege::HostPort(1)),
+            Err("grants.pod.hostPorts")
+        );
+        let root = PodGrants {
+            host_paths: vec!["/".into()],
+            ..PodGrants::default()
+        };
+        assert!(root.check(&Privilege::HostPath("/etc".into())).is_ok());
+    }
+
+    #[test]
+    fn added_is_the_difference() {
+        let before = privileges(&pod(json!({"containers": [{"name": "a", "image": "x"}]})));
+        let after = privileges(&pod(
+            json!({"hostPID": true, "containers": [{"name": "a", "image": "x"}]}),
+        ));
+        let new: Vec<_> = added(&before, &after).collect();
+        assert_eq!(new, vec![&Privilege::HostNamespace("hostPID")]);
+    }
+}
