@@ -170,6 +170,40 @@ fn generated_copies_are_current() {
 
 // ---------------------------------------------------------------- RBAC (static)
 
+/// The shipped `ClusterTrainerPlugin`s grant each builtin exactly what it
+/// needs to behave as upstream (`plugin::builtin::needs`, also what
+/// `trainforge render` grants): no more capabilities, reads or pod grants.
+#[test]
+fn shipped_plugins_grant_builtins_exactly_what_they_need() {
+    use trainforge::plugin::builtin;
+    use trainforge_api::trainforge::v1alpha1::ClusterTrainerPlugin;
+    let dir = manifests().join("plugins");
+    let mut seen = 0;
+    for file in yaml_files_in(&dir) {
+        let text = std::fs::read_to_string(dir.join(&file)).unwrap();
+        let Ok(ctp) = serde_saphyr::from_str::<ClusterTrainerPlugin>(&text) else {
+            continue;
+        };
+        let Some(name) = ctp.spec.source.builtin.clone() else {
+            continue;
+        };
+        seen += 1;
+        let needs = builtin::needs(&name);
+        let grants = ctp.spec.grants.clone().unwrap_or_default();
+        assert_eq!(grants.random.unwrap_or(false), needs.random, "{file}: grants.random");
+        assert_eq!(grants.clock.unwrap_or(false), false, "{file}: no builtin needs a clock");
+        assert!(grants.pod.is_none(), "{file}: no builtin needs pod grants");
+        let reads = ctp.spec.allowed_reads.as_ref().map(|ks| {
+            ks.iter()
+                .map(|k| trainforge_api::plugin::KindRef::new(k.api_version.clone(), k.kind.clone()))
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(reads, needs.allowed_reads, "{file}: allowedReads");
+        assert!(ctp.spec.allowed_kinds.is_none(), "{file}: builtins emit what they declare");
+    }
+    assert!(seen >= 8, "every builtin has a manifest ({seen})");
+}
+
 fn cluster_role() -> ClusterRole {
     let text = std::fs::read_to_string(manifests().join("operator/cluster_role.yaml")).unwrap();
     serde_saphyr::from_str(&text).unwrap()
@@ -530,6 +564,13 @@ type Perm = (
 const NEEDED: &[Perm] = &[
     ("watch", "trainer.kubeflow.org", "trainjobs", "", None),
     (
+        "create",
+        "authorization.k8s.io",
+        "selfsubjectaccessreviews",
+        "",
+        None,
+    ),
+    (
         "patch",
         "trainer.kubeflow.org",
         "trainjobs",
@@ -592,6 +633,7 @@ const NEEDED: &[Perm] = &[
     ),
     ("create", "", "configmaps", "", Some("team-a")),
     ("watch", "", "configmaps", "", None),
+    ("watch", "scheduling.k8s.io", "priorityclasses", "", None),
     ("patch", "", "secrets", "", Some("team-a")),
     ("create", "events.k8s.io", "events", "", Some("team-a")),
     ("patch", "", "events", "", Some("team-a")),
@@ -620,6 +662,14 @@ const NEEDED: &[Perm] = &[
 
 const NOT_NEEDED: &[Perm] = &[
     ("create", "", "pods", "", Some("team-a")),
+    ("create", "scheduling.k8s.io", "priorityclasses", "", None),
+    // The reconcile path never writes specs: only status subresources.
+    ("patch", "trainer.kubeflow.org", "trainjobs", "", Some("team-a")),
+    ("update", "trainer.kubeflow.org", "trainjobs", "", Some("team-a")),
+    ("patch", "trainer.kubeflow.org", "trainingruntimes", "", Some("team-a")),
+    ("update", "trainer.kubeflow.org", "clustertrainingruntimes", "", None),
+    ("patch", "trainforge.dev", "clustertrainerplugins", "", None),
+    ("update", "trainforge.dev", "clustertrainerplugins", "", None),
     ("delete", "", "secrets", "", Some("team-a")),
     ("list", "", "nodes", "", None),
     (

@@ -142,3 +142,119 @@ fn corrupt_file_is_load_failed() {
         "{err}"
     );
 }
+
+/// `trainforge plugin run` on a hostile component (declaring `descriptor`,
+/// configured with `config`, with extra CLI arguments): whether it
+/// succeeded, its stdout and stderr. The TrainJob is `team/job`.
+fn run_hostile(descriptor: Value, config: Value, extra: &[&str]) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("hostile.wasm");
+    std::fs::write(&wasm, hostile_declaring(&descriptor)).unwrap();
+    let tj = dir.path().join("trainjob.json");
+    std::fs::write(&tj, trainjob().to_string()).unwrap();
+    let rt = dir.path().join("runtime.json");
+    std::fs::write(&rt, runtime().to_string()).unwrap();
+    let cfg = dir.path().join("config.json");
+    std::fs::write(&cfg, config.to_string()).unwrap();
+    let secret = dir.path().join("secret.json");
+    std::fs::write(
+        &secret,
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "creds", "namespace": "kube-system"}, "data": {"k": "cm9vdA=="}})
+        .to_string(),
+    )
+    .unwrap();
+    let mut args = vec![
+        "plugin",
+        "run",
+        wasm.to_str().unwrap(),
+        "--trainjob",
+        tj.to_str().unwrap(),
+        "--runtime",
+        rt.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+        "--object",
+        secret.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    trainforge(&args)
+}
+
+/// Every containment class, refused through the CLI with the plugin and the
+/// reason named (the same runtime as the operator: compiled in a bounded
+/// child process, same checks).
+#[test]
+fn run_refuses_every_containment_class_with_its_reason() {
+    use serde_json::json;
+    let pod = "/templateSpec/obj/replicatedJobs/0/template/spec/template/spec";
+    let cases: Vec<(&str, Value, Value, Vec<&str>, &str)> = vec![
+        ("1 identity", json!({"name": "evil"}),
+            json!({"set": [{"phase": "enforce-ml-policy", "target": "trainjob", "pointer": "/metadata/namespace", "value": "kube-system"}]}),
+            vec![], "IdentityChanged"),
+        ("1 foreign namespace", json!({"name": "evil"}),
+            json!({"emit": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "kube-system"}}]}),
+            vec![], "ForbiddenObject"),
+        ("2 secret read", json!({"name": "evil", "reads": [["v1", "Secret"]]}), json!({}), vec![], "ForbiddenKind"),
+        ("3 lease", json!({"name": "evil", "emits": [["coordination.k8s.io/v1", "Lease"]]}), json!({}), vec![], "ForbiddenKind"),
+        ("3 undeclared", json!({"name": "evil"}),
+            json!({"emit": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "victim"}}]}),
+            vec![], "ForbiddenObject"),
+        ("4 snapshot name", json!({"name": "evil"}),
+            json!({"emit": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "job-runtime-snapshot"}}]}),
+            vec![], "ForbiddenObject"),
+        ("5 privileged", json!({"name": "evil"}),
+            json!({"set": [{"phase": "pre-build", "target": "info", "pointer": format!("{pod}/containers/0/securityContext/privileged"), "value": true}]}),
+            vec![], "PodSecurity"),
+        ("6 sleep", json!({"name": "evil"}), json!({"attack": "sleep"}), vec![], "wait"),
+        ("6 loop in describe", json!({"name": "evil", "describe": "loop"}), json!({}), vec![], "Timeout"),
+        ("7 reserved name", json!({"name": "jobset"}), json!({}), vec![], "reserved"),
+        ("7 too many kinds", json!({"name": "evil", "generate_reads": 3000}), json!({}), vec![], "InvalidDescriptor"),
+        ("8 thousands of objects", json!({"name": "evil"}), json!({"attack": "many-objects"}), vec![], "InvalidOutput"),
+    ];
+    for (class, descriptor, config, extra, reason) in cases {
+        let start = std::time::Instant::now();
+        let (ok, out, err) = run_hostile(descriptor, config, &extra);
+        assert!(!ok, "{class}: refused, got {out}");
+        assert!(err.contains(reason), "{class}: want {reason} in {err}");
+        assert!(
+            ["evil", "jobset", "hostile.wasm"].iter().any(|n| err.contains(n)),
+            "{class}: names the plugin: {err}"
+        );
+        assert!(err.lines().count() <= 3, "{class}: one bounded message: {err}");
+        assert!(start.elapsed() < std::time::Duration::from_secs(30), "{class}");
+    }
+    // Granted by the administrator, the same plugins run.
+    let (ok, out, err) = run_hostile(
+        json!({"name": "evil", "reads": [["v1", "Secret"]]}),
+        json!({"read": {"apiVersion": "v1", "kind": "Secret", "namespace": "kube-system", "name": "creds"}}),
+        &["--allowed-read", "v1/Secret"],
+    );
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let result = v["objects"][0]["data"]["result"].as_str().unwrap();
+    assert!(result.starts_with("denied") && result.contains("namespace"), "{result}");
+    let (ok, _, err) = run_hostile(
+        json!({"name": "evil"}),
+        json!({"set": [{"phase": "pre-build", "target": "info", "pointer": format!("{pod}/containers/0/securityContext/privileged"), "value": true}]}),
+        &["--grant", "privileged"],
+    );
+    assert!(ok, "{err}");
+}
+
+/// A component crafted to be slow to compile is stopped by the compile
+/// worker's bounds, not by the user's patience.
+#[test]
+fn run_bounds_compilation() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("slow.wasm");
+    std::fs::write(&wasm, slow_to_compile_component(3000, 600)).unwrap();
+    let start = std::time::Instant::now();
+    let (ok, _, err) = trainforge(&["plugin", "inspect", wasm.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("CompileLimit"), "{err}");
+    let took = start.elapsed();
+    assert!(took < std::time::Duration::from_secs(90), "{took:?}");
+    let (ok, _, err) = trainforge(&["plugin", "inspect", "/dev/zero"]);
+    assert!(!ok && err.contains("not a regular file"), "{err}");
+}

@@ -115,6 +115,25 @@ impl Proc {
         }
     }
 
+    /// SIGTERM the process group and wait up to `grace`: how long it took
+    /// to exit, or `None` when it did not (then it is killed).
+    pub fn terminate(&mut self, grace: Duration) -> Option<Duration> {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return Some(Duration::ZERO);
+        }
+        let start = Instant::now();
+        self.signal_group(Signal::SIGTERM);
+        while start.elapsed() < grace {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return Some(start.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.signal_group(Signal::SIGKILL);
+        let _ = self.child.wait();
+        None
+    }
+
     /// SIGTERM the process group, wait up to `grace`, then SIGKILL; reap.
     pub fn stop(&mut self, grace: Duration) {
         if matches!(self.child.try_wait(), Ok(Some(_))) {

@@ -55,6 +55,13 @@ pub struct OperatorArgs {
     /// Watch TrainJobs of this namespace only.
     #[arg(long)]
     pub namespace: Option<String>,
+    /// Deadline of compiling one plugin component (seconds; the compiler
+    /// runs in a child process that is killed when it passes).
+    #[arg(long, default_value_t = 60)]
+    pub plugin_compile_timeout_seconds: u64,
+    /// Memory the compiler of one plugin component may use (MiB).
+    #[arg(long, default_value_t = 1024)]
+    pub plugin_compile_memory_mib: u64,
 }
 
 /// Why the operator stopped with an error.
@@ -75,6 +82,9 @@ pub enum OperatorError {
     /// The plugin runtime or the builtin plugins failed.
     #[error(transparent)]
     Plugin(#[from] plugin::Error),
+    /// The compile worker (this executable) could not be located.
+    #[error("plugin compiler: {0}")]
+    Compiler(String),
     /// The plugin configuration controller stopped.
     #[error("plugin configuration controller: {0}")]
     Catalog(String),
@@ -136,8 +146,14 @@ pub async fn run(
         });
     }
 
+    let compiler = plugin::Compiler::this_executable().map_err(OperatorError::Compiler)?;
     let runtime = Arc::new(PluginRuntime::new(RuntimeConfig {
         cache_dir: args.plugin_cache_dir.clone(),
+        compiler,
+        compile_limits: plugin::CompileLimits {
+            timeout: Duration::from_secs(args.plugin_compile_timeout_seconds.max(1)),
+            memory_bytes: args.plugin_compile_memory_mib.max(64).saturating_mul(1 << 20),
+        },
         ..RuntimeConfig::default()
     })?);
     runtime.set_observer(metrics.clone());
@@ -189,19 +205,25 @@ pub async fn run(
     };
     ready_plugins.set(true);
 
-    // Watches follow the plugin set.
+    // Watches follow the plugin set: what each plugin may emit, read or
+    // watch (after the administrator's narrowing), never more.
     let kinds_of = {
         let plugins = plugins.clone();
         move || {
             let mut k = host_kinds();
             for p in plugins.current().plugins() {
-                k.extend(p.descriptor().emits.iter().cloned());
-                k.extend(p.descriptor().reads.iter().cloned());
+                k.extend(p.allowed_emits().iter().cloned());
+                k.extend(p.allowed_reads().iter().cloned());
+                k.extend(p.descriptor().watches.iter().cloned());
             }
             k
         }
     };
-    let missing = objects.ensure(&kinds_of()).await;
+    let wanted = kinds_of();
+    let missing = tokio::select! {
+        _ = stop.cancelled() => return Ok(()),
+        missing = objects.ensure(&wanted) => missing,
+    };
     ready_caches.set(true);
     {
         let objects = objects.clone();
@@ -221,7 +243,11 @@ pub async fn run(
                     ok = changed => if !ok { return },
                     _ = tokio::time::sleep(trainjob::objects::RETRY_DISCOVERY), if retry => {},
                 }
-                retry = !objects.ensure(&kinds_of()).await.is_empty();
+                let wanted = kinds_of();
+                retry = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    missing = objects.ensure(&wanted) => !missing.is_empty(),
+                };
             }
         });
     }

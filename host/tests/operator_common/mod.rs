@@ -66,8 +66,14 @@ fn operator_args(metrics: &str, cache: &Path, extra: &[&str]) -> Vec<String> {
 }
 
 impl Operator {
-    /// Start `trainforge operator` with `extra` flags.
+    /// Start `trainforge operator` with `extra` flags (admin credentials).
     pub fn start(env: &TestEnv, name: &str, extra: &[&str]) -> Operator {
+        Self::start_as(env, name, extra, env.kubeconfig())
+    }
+
+    /// Start `trainforge operator` with `extra` flags, authenticating with
+    /// `kubeconfig` (e.g. a token of its ServiceAccount).
+    pub fn start_as(env: &TestEnv, name: &str, extra: &[&str], kubeconfig: &Path) -> Operator {
         let port = trainforge_testenv::ports::free_port().unwrap();
         let metrics = format!("127.0.0.1:{port}");
         let cache = env.dir().join("plugin-cache");
@@ -91,7 +97,7 @@ impl Operator {
             metrics,
             log: logs.join(format!("{name}.log")),
             args,
-            kubeconfig: env.kubeconfig().to_path_buf(),
+            kubeconfig: kubeconfig.to_path_buf(),
         };
         op.spawn(name, &logs);
         op
@@ -149,6 +155,12 @@ impl Operator {
                 proc.stop(Duration::ZERO);
             }
         });
+    }
+
+    /// SIGTERM the operator: how long it took to exit, `None` if it did not
+    /// within `grace` (then it is killed).
+    pub fn terminate(&self, grace: Duration) -> Option<Duration> {
+        self.run(move |p| p.take().and_then(|mut proc| proc.terminate(grace)))
     }
 
     /// Start it again after [`Operator::kill`] (same flags, log appended as `<name>-2`).

@@ -90,7 +90,9 @@ pub mod condition {
 }
 
 /// Condition reasons written by the controller (besides the plugin
-/// runtime's own: `LoadFailed`, `DigestMismatch`, `IncompatibleInterface`).
+/// runtime's own: `LoadFailed`, `DigestMismatch`, `IncompatibleInterface`,
+/// `InvalidDescriptor`, `ForbiddenKind`, `CompileLimit`, `Timeout`, `Trap`,
+/// `MemoryLimit`).
 pub mod reason {
     /// `Fetched=True`.
     pub const FETCHED: &str = "Fetched";
@@ -117,6 +119,18 @@ pub mod reason {
     pub const DUPLICATE_NAME: &str = "DuplicateName";
     /// `Compiled=False`: another plugin in service implements `status`.
     pub const STATUS_CONFLICT: &str = "StatusConflict";
+    /// `Compiled=False`: the plugin may emit, read or watch a kind it may
+    /// not (cluster-scoped, denied, or not allowed by the administrator).
+    pub const FORBIDDEN_KIND: &str = "ForbiddenKind";
+    /// `Compiled=False`: the operator may not list, watch (or, for what the
+    /// plugin emits, create and patch) a kind the plugin declares.
+    pub const KIND_NOT_WATCHABLE: &str = "KindNotWatchable";
+    /// `Compiled=False`: discovering or checking access to a declared kind
+    /// failed (retried).
+    pub const DISCOVERY_FAILED: &str = "DiscoveryFailed";
+    /// `Compiled=False`: a plugin with precedence (a builtin, or an earlier
+    /// name) took this plugin's place (same name or the status phase).
+    pub const DISPLACED: &str = "Displaced";
     /// A stage not reached because an earlier one failed.
     pub const NOT_REACHED: &str = "NotReached";
     /// `Ready=True`: the spec's version is serving.

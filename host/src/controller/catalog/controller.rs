@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::Api;
 use kube::runtime::controller::{Action, Controller, Error as ControllerError};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -39,6 +40,7 @@ pub struct Options {
 }
 
 struct Ctx {
+    client: kube::Client,
     api: Api<ClusterTrainerPlugin>,
     catalog: Arc<PluginCatalog>,
     fetcher: Fetcher,
@@ -65,7 +67,7 @@ pub async fn run_with(
     if let Some(sel) = &opts.label_selector {
         wc = wc.labels(sel);
     }
-    let fetcher = Fetcher::new(client, catalog.runtime().config().max_component_bytes)?;
+    let fetcher = Fetcher::new(client.clone(), catalog.runtime().config().max_component_bytes)?;
     let (store, writer) = reflector::store::<ClusterTrainerPlugin>();
 
     // Deletions leave the catalog straight from the watch (the controller
@@ -94,12 +96,27 @@ pub async fn run_with(
     };
 
     let ctx = Arc::new(Ctx {
+        client: client.clone(),
         api,
         catalog: catalog.clone(),
         fetcher,
     });
     let stop = shutdown.clone();
-    let mut results = Controller::for_stream(events, store)
+    // CRs displaced by a plugin with precedence are reconciled again so
+    // their status says so (and they retry while the winner serves).
+    let kicks = catalog.take_kicks().map(|rx| {
+        futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv()
+                .await
+                .map(|name| (ObjectRef::<ClusterTrainerPlugin>::new(&name), rx))
+        })
+    });
+    let controller = Controller::for_stream(events, store);
+    let controller = match kicks {
+        Some(k) => controller.reconcile_on(k),
+        None => controller,
+    };
+    let mut results = controller
         .graceful_shutdown_on(async move { stop.cancelled_owned().await })
         .run(reconcile, error_policy, ctx)
         .boxed();
@@ -303,21 +320,24 @@ async fn attempt(
             return (Attempt::failed(generation, done, "LoadFailed", m), None);
         }
     };
-    let serving = Serving::new(
-        plugin,
-        spec.clone(),
-        generation,
-        opts.order,
-        opts.phases.as_deref(),
-        opts.allowed_emits.as_deref(),
+    let explicit_reads = opts.allowed_reads.clone().unwrap_or_default();
+    let notes = match super::kinds::admit(&ctx.client, &plugin, &explicit_reads).await {
+        Ok(notes) => notes,
+        Err((r, m)) => {
+            let m = format!("plugin {}: {m}", plugin.name());
+            return (Attempt::failed(generation, done, r, m), None);
+        }
+    };
+    let serving = Serving::new(plugin, spec.clone(), generation, opts.order, opts.phases.as_deref());
+    let mut message = format!(
+        "plugin {} {} (WIT {})",
+        serving.described.name, serving.described.version, serving.described.wit_version
     );
-    done.push(Stage::ok(
-        reason::COMPILED,
-        format!(
-            "plugin {} {} (WIT {})",
-            serving.described.name, serving.described.version, serving.described.wit_version
-        ),
-    ));
+    if !notes.is_empty() {
+        message.push_str("; ");
+        message.push_str(&notes.join("; "));
+    }
+    done.push(Stage::ok(reason::COMPILED, message));
     (Attempt::succeeded(generation, done), Some(serving))
 }
 

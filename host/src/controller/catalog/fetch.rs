@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use trainforge_api::trainforge::v1alpha1::{ConfigMapSource, PluginSourceSpec, reason};
 
-use crate::plugin::builtin;
+use crate::plugin::{FileError, builtin};
 
 /// Timeout of one HTTPS download (connect + body).
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(15);
@@ -185,20 +185,23 @@ impl Fetcher {
         })
     }
 
+    /// A regular file of at most the component limit (never a device or
+    /// FIFO: `file:///dev/zero` would stream forever), read off the async
+    /// threads.
     async fn file(&self, path: &str) -> Result<Fetched, FetchError> {
         let what = format!("file://{path}");
-        let io = |e: std::io::Error| match e.kind() {
-            std::io::ErrorKind::NotFound => FetchError::NotFound(format!("{what}: {e}")),
-            _ => FetchError::Failed(format!("{what}: {e}")),
-        };
-        let meta = tokio::fs::metadata(path).await.map_err(io)?;
-        if usize::try_from(meta.len()).map_or(true, |n| n > self.max_bytes) {
-            return Err(self.too_large(what));
-        }
-        let bytes = tokio::fs::read(path).await.map_err(io)?;
-        if bytes.len() > self.max_bytes {
-            return Err(self.too_large(what));
-        }
+        let (owned, max) = (std::path::PathBuf::from(path), self.max_bytes);
+        let read =
+            tokio::task::spawn_blocking(move || crate::plugin::read_component_file(&owned, max))
+                .await
+                .map_err(|e| FetchError::Failed(format!("{what}: {e}")))?;
+        let bytes = read.map_err(|e| match e {
+            FileError::NotFound { .. } => FetchError::NotFound(e.to_string()),
+            FileError::TooLarge { .. } => self.too_large(what.clone()),
+            FileError::NotRegular { .. } | FileError::Io { .. } => {
+                FetchError::Failed(format!("{what}: {e}"))
+            }
+        })?;
         Ok(Fetched {
             bytes: Arc::from(bytes),
             origin: what,

@@ -32,6 +32,7 @@
 
 mod controller;
 pub mod fetch;
+mod kinds;
 pub mod spec;
 mod state;
 pub mod status;

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwap;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::sync::watch;
 use trainforge_api::plugin::{KindRef, Phase};
 use trainforge_api::trainforge::v1alpha1::{ClusterTrainerPluginSpec, DescribedPlugin, reason};
@@ -116,14 +117,14 @@ pub(crate) struct Serving {
 }
 
 impl Serving {
-    /// Describe `plugin` as served with `phases` / `allowed_emits` narrowing.
+    /// Describe `plugin` as served with `phases` narrowing; its kinds are
+    /// what the runtime allows it (declared, narrowed by the administrator).
     pub(crate) fn new(
         plugin: LoadedPlugin,
         spec: ClusterTrainerPluginSpec,
         generation: i64,
         order: i32,
         phases: Option<&[Phase]>,
-        allowed_emits: Option<&[KindRef]>,
     ) -> Self {
         let d = plugin.descriptor();
         let called: Vec<Phase> = d
@@ -131,20 +132,21 @@ impl Serving {
             .into_iter()
             .filter(|p| phases.is_none_or(|only| only.contains(p)))
             .collect();
-        let emits: Vec<KindRef> = d
-            .emits
+        let emits = plugin.allowed_emits();
+        let reads = plugin.allowed_reads();
+        let kinds = emits
             .iter()
-            .filter(|k| allowed_emits.is_none_or(|a| a.contains(k)))
+            .chain(reads)
+            .chain(&d.watches)
             .cloned()
             .collect();
-        let kinds = emits.iter().chain(d.reads.iter()).cloned().collect();
         let described = DescribedPlugin {
             name: d.name.clone(),
             version: d.version.clone(),
             wit_version: d.wit_version.clone(),
             phases: called.iter().map(|p| p.as_str().to_owned()).collect(),
             emits: emits.iter().map(kind_reference).collect(),
-            reads: d.reads.iter().map(kind_reference).collect(),
+            reads: reads.iter().map(kind_reference).collect(),
         };
         Serving {
             status_phase: called.contains(&Phase::Status),
@@ -187,6 +189,8 @@ struct State {
 pub struct PluginCatalog {
     runtime: Arc<PluginRuntime>,
     objects: Arc<dyn ObjectSource>,
+    kicks: UnboundedSender<String>,
+    kick_receiver: Mutex<Option<UnboundedReceiver<String>>>,
     set: ArcSwap<PluginSet>,
     generation: watch::Sender<u64>,
     state: Mutex<State>,
@@ -210,9 +214,12 @@ impl PluginCatalog {
     /// it loads.
     pub fn new(runtime: Arc<PluginRuntime>, objects: Arc<dyn ObjectSource>) -> Self {
         let (generation, _) = watch::channel(0);
+        let (kicks, kick_receiver) = unbounded_channel();
         PluginCatalog {
             runtime,
             objects,
+            kicks,
+            kick_receiver: Mutex::new(Some(kick_receiver)),
             set: ArcSwap::from_pointee(PluginSet::default()),
             generation,
             state: Mutex::new(State::default()),
@@ -357,14 +364,31 @@ impl PluginCatalog {
             .and_then(|e| e.serving.clone());
         let mut serving = previous;
         if let Some(c) = candidate {
-            match clash(&state, name, &c) {
+            // A clash is decided by precedence, not by who loaded first:
+            // the loser is refused (or, if it was serving, displaced and
+            // told to reconcile again), so the outcome is the same after
+            // every restart.
+            let mut displaced = false;
+            let outcome = loop {
+                match clash(&state, name, &c) {
+                    Ok(()) => break Ok(()),
+                    Err(Clash { other, reason, message })
+                        if !displaced && precedence(name, &c) < state.precedence_of(&other) =>
+                    {
+                        self.displace(&mut state, &other, name, &c, reason, &message);
+                        displaced = true;
+                    }
+                    Err(Clash { reason, message, .. }) => break Err((reason, message)),
+                }
+            };
+            match outcome {
                 Ok(()) => serving = Some(c),
                 Err((r, m)) if restored => {
                     tracing::warn!(reason = %r, message = %m, "last good version not restored");
                 }
                 Err((r, m)) => {
                     let done = vec![attempt.stages[0].clone(), attempt.stages[1].clone()];
-                    attempt = Attempt::failed(attempt.generation, done, &r, m);
+                    attempt = Attempt::failed(attempt.generation, done, r, m);
                 }
             }
         }
@@ -386,6 +410,51 @@ impl PluginCatalog {
         }
         self.update_synced(&mut state);
         entry
+    }
+
+    /// Take CR `other`'s plugin out of service because `winner` (CR
+    /// `winner_cr`) has precedence; its attempt records why, and its
+    /// controller is asked to reconcile it again.
+    fn displace(
+        &self,
+        state: &mut State,
+        other: &str,
+        winner_cr: &str,
+        winner: &Serving,
+        why: &str,
+        clash: &str,
+    ) {
+        let Some(entry) = state.entries.get_mut(other) else {
+            return;
+        };
+        let Some(lost) = entry.serving.take() else {
+            return;
+        };
+        let message = format!(
+            "{why}: plugin {} of ClusterTrainerPlugin {winner_cr} has precedence ({}) and took the place of plugin {}: {clash}",
+            winner.plugin.name(),
+            if winner.plugin.is_builtin() {
+                "builtin"
+            } else {
+                "earlier name"
+            },
+            lost.plugin.name()
+        );
+        tracing::warn!(plugin = %other, %message, "plugin displaced");
+        let generation = entry.attempt.as_ref().map_or(lost.generation, |a| a.generation);
+        let done = entry
+            .attempt
+            .as_ref()
+            .map(|a| vec![a.stages[0].clone(), a.stages[1].clone()])
+            .unwrap_or_default();
+        entry.attempt = Some(Attempt::failed(generation, done, reason::DISPLACED, message));
+        let _ = self.kicks.send(other.to_owned());
+    }
+
+    /// CR names whose state changed because of another CR (displaced):
+    /// the controller reconciles them again. Taken once.
+    pub(crate) fn take_kicks(&self) -> Option<UnboundedReceiver<String>> {
+        self.kick_receiver.lock().ok().and_then(|mut r| r.take())
     }
 
     /// Forget CR `name` (deleted; `uid` when known) and take its plugin out
@@ -500,9 +569,30 @@ fn build<'a>(
         .map_err(|e| (e.reason().to_owned(), e.to_string()))
 }
 
-/// Whether `candidate` (for CR `name`) fits with every other serving plugin;
-/// the `(reason, message)` of the clash if not.
-fn clash(state: &State, name: &str, candidate: &Serving) -> Result<(), (String, String)> {
+/// Who wins when two plugins cannot serve together: builtin components
+/// first, then the `ClusterTrainerPlugin` name (lower first). Smaller wins.
+fn precedence<'a>(cr_name: &'a str, s: &Serving) -> (bool, &'a str) {
+    (!s.plugin.is_builtin(), cr_name)
+}
+
+impl State {
+    fn precedence_of<'a>(&self, cr_name: &'a str) -> (bool, &'a str) {
+        match self.entries.get(cr_name).and_then(|e| e.serving.as_ref()) {
+            Some(s) => precedence(cr_name, s),
+            None => (true, cr_name),
+        }
+    }
+}
+
+/// Why a candidate cannot serve next to plugin `other` (a CR name).
+struct Clash {
+    other: String,
+    reason: &'static str,
+    message: String,
+}
+
+/// Whether `candidate` (for CR `name`) fits with every other serving plugin.
+fn clash(state: &State, name: &str, candidate: &Serving) -> Result<(), Clash> {
     let others = state
         .entries
         .iter()
@@ -510,26 +600,34 @@ fn clash(state: &State, name: &str, candidate: &Serving) -> Result<(), (String, 
         .filter_map(|(n, e)| e.serving.as_ref().map(|s| (n.as_str(), s)));
     for (other, s) in others.clone() {
         if s.plugin.name() == candidate.plugin.name() {
-            return Err((
-                reason::DUPLICATE_NAME.to_owned(),
-                format!(
-                    "plugin name {:?} is already served by ClusterTrainerPlugin {other}",
+            return Err(Clash {
+                other: other.to_owned(),
+                reason: reason::DUPLICATE_NAME,
+                message: format!(
+                    "plugin name {:?} is also served by ClusterTrainerPlugin {other}",
                     s.plugin.name()
                 ),
-            ));
+            });
         }
         if s.status_phase && candidate.status_phase {
-            return Err((
-                reason::STATUS_CONFLICT.to_owned(),
-                format!(
-                    "plugin {} implements the status phase, already served by plugin {} (ClusterTrainerPlugin {other}); narrow spec.phases on one of them",
+            return Err(Clash {
+                other: other.to_owned(),
+                reason: reason::STATUS_CONFLICT,
+                message: format!(
+                    "plugin {} implements the status phase, as does plugin {} (ClusterTrainerPlugin {other}); narrow spec.phases on one of them",
                     candidate.plugin.name(),
                     s.plugin.name()
                 ),
-            ));
+            });
         }
     }
-    build(others.chain(std::iter::once((name, candidate)))).map(drop)
+    build(others.chain(std::iter::once((name, candidate))))
+        .map(drop)
+        .map_err(|(_, message)| Clash {
+            other: String::new(),
+            reason: reason::INVALID_SPEC,
+            message,
+        })
 }
 
 #[cfg(test)]
@@ -557,7 +655,6 @@ mod tests {
             ClusterTrainerPluginSpec::default(),
             1,
             order,
-            None,
             None,
         ))
     }

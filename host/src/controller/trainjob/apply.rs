@@ -2,6 +2,18 @@
 //! force), skipping objects the API server already has as desired so that a
 //! resync that finds nothing changed writes nothing.
 //!
+//! An object is never taken over: it is created, or updated only when its
+//! controller is the TrainJob being reconciled.
+//! - Absent from the watch cache: applied with `metadata.resourceVersion`
+//!   set to `1`, a version no stored object can have (etcd's first write is
+//!   revision 2), so the API server creates it or, if it exists after all,
+//!   refuses with a conflict; the object is then read once and handled as
+//!   below.
+//! - Present: its controller owner reference must be this TrainJob (by
+//!   uid), otherwise the apply is refused as a [`ApplyError::Collision`] and
+//!   nothing is written; the apply carries the live object's `metadata.uid`,
+//!   so it can only ever change that very object.
+//!
 //! An object is skipped when either
 //! - the live object (from the watch cache) has the resourceVersion our last
 //!   apply of the very same desired object returned, or
@@ -25,12 +37,42 @@ use trainforge_api::plugin::{KindRef, ObjectKey, object_key};
 /// The SSA field manager upstream uses for every object of a TrainJob.
 pub const FIELD_MANAGER: &str = "trainer";
 
+/// A `resourceVersion` no stored object can have: an apply carrying it
+/// creates the object or fails with a conflict, never updates.
+const CREATE_ONLY: &str = "1";
+
 /// Why an object could not be applied.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     /// The object has no name or kind.
     #[error("object without {0}")]
     Malformed(&'static str),
+    /// An object of that kind and name exists and is not controlled by this
+    /// TrainJob: nothing was written.
+    #[error(
+        "{kind} {namespace}/{name} already exists and is not controlled by this TrainJob ({holder}); refusing to take it over"
+    )]
+    Collision {
+        /// Kind.
+        kind: String,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Who controls it (`TrainJob team/other`, or `no controller`).
+        holder: String,
+    },
+    /// Creating it conflicted with an object that was gone when read back
+    /// (deleted meanwhile); retried.
+    #[error("{kind} {namespace}/{name} was deleted while being created; retrying")]
+    Vanished {
+        /// Kind.
+        kind: String,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
     /// The API server refused it.
     #[error("applying {kind} {namespace}/{name}: {source}")]
     Api {
@@ -128,13 +170,30 @@ pub fn contains(live: &Value, desired: &Value) -> bool {
     }
 }
 
-/// Apply one object unless the live one already is as desired.
+/// Who controls `object`, if not the TrainJob with uid `owner_uid`.
+fn foreign_controller(object: &DynamicObject, owner_uid: &str) -> Option<String> {
+    let controller = object
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true));
+    match controller {
+        Some(r) if r.uid == owner_uid && !owner_uid.is_empty() => None,
+        Some(r) => Some(format!("controller: {} {}", r.kind, r.name)),
+        None => Some("no controller".to_owned()),
+    }
+}
+
+/// Apply one object for the TrainJob with uid `owner_uid` unless the live
+/// one already is as desired (see the module rules).
 pub async fn apply(
     client: &kube::Client,
     resource: &ApiResource,
     namespaced: bool,
     object: &Value,
     live: Option<&DynamicObject>,
+    owner_uid: &str,
     memo: &AppliedMemo,
 ) -> Result<Outcome, ApplyError> {
     let name = object
@@ -149,7 +208,16 @@ pub async fn apply(
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    let collision = |holder: String| ApplyError::Collision {
+        kind: kind.to_owned(),
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        holder,
+    };
     if let Some(live) = live {
+        if let Some(holder) = foreign_controller(live, owner_uid) {
+            return Err(collision(holder));
+        }
         if memo.matches(object, live.metadata.resource_version.as_deref()) {
             return Ok(Outcome::Unchanged);
         }
@@ -164,26 +232,53 @@ pub async fn apply(
     } else {
         Api::all_with(client.clone(), resource)
     };
-    debug!(%kind, %namespace, %name, "server-side apply");
-    let applied = api
-        .patch(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(object),
-        )
-        .await
-        .map_err(|source| ApplyError::Api {
-            kind: kind.to_owned(),
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            source,
-        })?;
+    let api_error = |source: kube::Error| ApplyError::Api {
+        kind: kind.to_owned(),
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        source,
+    };
+    let ssa = |precondition: (&str, &str)| {
+        let mut body = object.clone();
+        if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert(precondition.0.to_owned(), Value::String(precondition.1.to_owned()));
+        }
+        let api = api.clone();
+        async move {
+            api.patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+        }
+    };
+    debug!(%kind, %namespace, %name, exists = live.is_some(), "server-side apply");
+    let (applied, outcome) = match live.and_then(|l| l.metadata.uid.as_deref()) {
+        Some(uid) => (ssa(("uid", uid)).await.map_err(api_error)?, Outcome::Updated),
+        None => match ssa(("resourceVersion", CREATE_ONLY)).await {
+            Ok(created) => (created, Outcome::Created),
+            // It exists after all (the cache is behind): ours, or a collision.
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let current = api.get_opt(name).await.map_err(api_error)?;
+                let Some(current) = current else {
+                    return Err(ApplyError::Vanished {
+                        kind: kind.to_owned(),
+                        namespace: namespace.to_owned(),
+                        name: name.to_owned(),
+                    });
+                };
+                if let Some(holder) = foreign_controller(&current, owner_uid) {
+                    return Err(collision(holder));
+                }
+                let uid = current.metadata.uid.clone().unwrap_or_default();
+                (ssa(("uid", &uid)).await.map_err(api_error)?, Outcome::Updated)
+            }
+            Err(e) => return Err(api_error(e)),
+        },
+    };
     memo.record(object, applied.metadata.resource_version.clone());
-    Ok(if live.is_some() {
-        Outcome::Updated
-    } else {
-        Outcome::Created
-    })
+    Ok(outcome)
 }
 
 #[cfg(test)]

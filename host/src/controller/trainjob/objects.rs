@@ -33,9 +33,25 @@ use crate::plugin::ObjectSource;
 /// How often kinds missing from discovery are looked up again.
 pub const RETRY_DISCOVERY: Duration = Duration::from_secs(30);
 
+/// How long [`ObjectCache::ensure`] waits for a new watch to list before
+/// reporting the kind as not synced (it keeps trying in the background):
+/// readiness never waits on a watch forever.
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Why a kind cannot be served.
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectsError {
+    /// The watch did not list within [`SYNC_TIMEOUT`] (e.g. the operator
+    /// may not list the kind).
+    #[error("{api_version} {kind}: the watch did not sync within {timeout:?}")]
+    NotSynced {
+        /// apiVersion.
+        api_version: String,
+        /// Kind.
+        kind: String,
+        /// How long it waited.
+        timeout: Duration,
+    },
     /// Discovery does not know the kind.
     #[error("{api_version} {kind} is not served by the API server: {reason}")]
     Unknown {
@@ -158,11 +174,23 @@ impl ObjectCache {
                 }
             }
         }
-        for kind in kinds {
-            if let Some(w) = self.get_watched(kind) {
-                let _ = w.store.wait_until_ready().await;
-            }
-        }
+        let waits = kinds.iter().filter_map(|kind| {
+            let w = self.get_watched(kind)?;
+            Some(async move {
+                match tokio::time::timeout(SYNC_TIMEOUT, w.store.wait_until_ready()).await {
+                    Ok(_) => None,
+                    Err(_) => {
+                        warn!(api_version = %kind.api_version, kind = %kind.kind, "watch not synced in time; not waiting for it");
+                        Some(ObjectsError::NotSynced {
+                            api_version: kind.api_version.clone(),
+                            kind: kind.kind.clone(),
+                            timeout: SYNC_TIMEOUT,
+                        })
+                    }
+                }
+            })
+        });
+        errors.extend(futures::future::join_all(waits).await.into_iter().flatten());
         errors
     }
 
@@ -242,6 +270,10 @@ impl Drop for ObjectCache {
 }
 
 impl ObjectSource for ObjectCache {
+    fn namespaced(&self, kind: &KindRef) -> Option<bool> {
+        self.get_watched(kind).map(|w| w.namespaced)
+    }
+
     fn get(&self, kind: &KindRef, namespace: &str, name: &str) -> Result<Option<String>, String> {
         let Some(w) = self.get_watched(kind) else {
             return Err(format!(

@@ -303,6 +303,7 @@ impl Reconcile<'_> {
                 namespaced,
                 object,
                 live.as_deref(),
+                self.job.metadata.uid.as_deref().unwrap_or_default(),
                 &self.ctx.memo,
             )
             .await

@@ -7,7 +7,10 @@
 //! components (each with its own sha256). Unpatched, it declares the
 //! default below.
 //!
-//! What it *does* is chosen by the plugin config, per call:
+//! What it *does* is chosen per call by the TrainJob's annotation
+//! `hostile.trainforge.dev/<plugin name>` (JSON) when present, else by the
+//! plugin config (so on a shared cluster each hostile plugin attacks only
+//! the TrainJobs that ask it to):
 //! - `{"attack": "<name>"}` for the named attacks in [`build`];
 //! - `{"set": [{"phase", "target": "trainjob"|"info", "pointer", "value"}]}`
 //!   sets JSON pointers in the TrainJob or info during that phase;
@@ -38,8 +41,28 @@ const MARKER_LEN: usize = 30;
 
 struct Hostile;
 
-fn config(input: &str) -> Value {
-    serde_json::from_str(input).unwrap_or(Value::Null)
+/// The prefix of the annotation that selects an attack for one TrainJob.
+const ANNOTATION: &str = "hostile.trainforge.dev/";
+
+fn config(plugin_config: &str, trainjob: &str) -> Value {
+    let tj: Value = serde_json::from_str(trainjob).unwrap_or(Value::Null);
+    let key = format!("{ANNOTATION}{}", my_name());
+    if let Some(text) = tj
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(&key))
+        .and_then(Value::as_str)
+    {
+        return serde_json::from_str(text).unwrap_or(Value::Null);
+    }
+    serde_json::from_str(plugin_config).unwrap_or(Value::Null)
+}
+
+fn my_name() -> String {
+    declared()
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("hostile")
+        .to_owned()
 }
 
 fn attack(config: &Value) -> String {
@@ -112,7 +135,7 @@ fn set_at(cur: &mut Value, parts: &[String], value: Value) {
 }
 
 fn mutate(phase: &str, input: PhaseInput) -> Result<Mutation, PluginError> {
-    let cfg = config(&input.config);
+    let cfg = config(&input.config, &input.trainjob);
     match attack(&cfg).as_str() {
         "loop-enforce" if phase == "enforce-ml-policy" => loop {
             black_box(());
@@ -224,7 +247,7 @@ impl Guest for Hostile {
     }
 
     fn build(input: PhaseInput) -> Result<Vec<String>, PluginError> {
-        let cfg = config(&input.config);
+        let cfg = config(&input.config, &input.trainjob);
         if let Some(objects) = cfg.get("emit").and_then(Value::as_array) {
             return Ok(objects.iter().map(Value::to_string).collect());
         }
@@ -340,7 +363,7 @@ impl Guest for Hostile {
     }
 
     fn validate(input: ValidateInput) -> Result<Validation, PluginError> {
-        let cfg = config(&input.config);
+        let cfg = config(&input.config, &input.trainjob);
         match attack(&cfg).as_str() {
             "many-warnings" => Ok(Validation {
                 warnings: (0..10_000).map(|i| format!("warning {i}")).collect(),
@@ -355,7 +378,7 @@ impl Guest for Hostile {
     }
 
     fn status(input: PhaseInput) -> Result<Option<String>, PluginError> {
-        match attack(&config(&input.config)).as_str() {
+        match attack(&config(&input.config, &input.trainjob)).as_str() {
             "bad-status" => Ok(Some("not json".into())),
             "complete" => Ok(Some(
                 json!({"conditions": [{"type": "Complete", "status": "True", "reason": "Forged",

@@ -1,0 +1,165 @@
+//! Admitting the kinds a loaded plugin may emit, read or watch against the
+//! cluster, before it serves (the last step of `Compiled`).
+//!
+//! For every such kind (at most the runtime's bound per plugin):
+//! - API discovery decides its scope: a cluster-scoped kind is refused for
+//!   `emits`, and for reads and watches unless `spec.allowedReads` lists it;
+//! - the operator must be allowed to list and watch it (and, for what the
+//!   plugin emits, to create and patch it), checked with
+//!   `SelfSubjectAccessReview`: a plugin declaring a kind the operator
+//!   cannot watch is refused here instead of leaving a watch that never
+//!   syncs (which would keep the operator from ever becoming ready);
+//! - a kind the API server does not serve (yet) is accepted with a note: its
+//!   objects fail to apply until it is installed, and the operator retries
+//!   the watch.
+//!
+//! Every request is bounded by [`REQUEST_TIMEOUT`].
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::Api;
+use kube::api::PostParams;
+use kube::core::GroupVersionKind;
+use trainforge_api::plugin::KindRef;
+use trainforge_api::trainforge::v1alpha1::reason;
+
+use crate::plugin::{LoadedPlugin, bounded};
+
+/// Bound of each discovery or access-review request.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a plugin's kinds were refused: `(reason, message)`.
+pub(crate) type Refusal = (&'static str, String);
+
+/// Check every kind `plugin` may emit, read or watch. `explicit_reads` is
+/// the administrator's `allowedReads`. Returns notes for the status (kinds
+/// not served yet) or the refusal.
+pub(crate) async fn admit(
+    client: &kube::Client,
+    plugin: &LoadedPlugin,
+    explicit_reads: &[KindRef],
+) -> Result<Vec<String>, Refusal> {
+    let emits = plugin.allowed_emits();
+    let mut all: BTreeSet<&KindRef> = emits.iter().collect();
+    all.extend(plugin.allowed_reads());
+    all.extend(&plugin.descriptor().watches);
+    let mut notes = Vec::new();
+    for kind in all {
+        let Some((plural, namespaced)) = discover(client, kind).await? else {
+            notes.push(format!("{kind} is not served by the API server yet"));
+            continue;
+        };
+        if !namespaced {
+            if emits.contains(kind) {
+                return Err((
+                    reason::FORBIDDEN_KIND,
+                    format!("emits {kind}, which is cluster-scoped: plugins emit namespaced objects only"),
+                ));
+            }
+            if !explicit_reads.contains(kind) {
+                return Err((
+                    reason::FORBIDDEN_KIND,
+                    format!(
+                        "reads or watches {kind}, which is cluster-scoped: allowed only when spec.allowedReads lists it"
+                    ),
+                ));
+            }
+        }
+        let mut verbs = vec!["list", "watch"];
+        if emits.contains(kind) {
+            verbs.extend(["create", "patch"]);
+        }
+        for verb in verbs {
+            if !allowed(client, kind, &plural, verb).await? {
+                return Err((
+                    reason::KIND_NOT_WATCHABLE,
+                    format!(
+                        "the operator may not {verb} {kind}: grant it in the operator's ClusterRole, or narrow the plugin with spec.allowedKinds / spec.allowedReads"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(notes)
+}
+
+fn gvk(kind: &KindRef) -> GroupVersionKind {
+    let (group, version) = kind
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", kind.api_version.as_str()));
+    GroupVersionKind::gvk(group, version, &kind.kind)
+}
+
+/// `Some((plural, namespaced))` from discovery; `None` when the kind is not
+/// served.
+async fn discover(
+    client: &kube::Client,
+    kind: &KindRef,
+) -> Result<Option<(String, bool)>, Refusal> {
+    let found = tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        kube::discovery::pinned_kind(client, &gvk(kind)),
+    )
+    .await
+    .map_err(|_| {
+        (
+            reason::DISCOVERY_FAILED,
+            format!("discovering {kind} timed out after {REQUEST_TIMEOUT:?}"),
+        )
+    })?;
+    match found {
+        Ok((resource, caps)) => Ok(Some((
+            resource.plural,
+            caps.scope == kube::discovery::Scope::Namespaced,
+        ))),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(kube::Error::Discovery(_)) => Ok(None),
+        Err(e) => Err((
+            reason::DISCOVERY_FAILED,
+            bounded::message(&format!("discovering {kind}: {e}")),
+        )),
+    }
+}
+
+/// Whether the operator's identity may `verb` objects of `kind` in every
+/// namespace.
+async fn allowed(
+    client: &kube::Client,
+    kind: &KindRef,
+    plural: &str,
+    verb: &str,
+) -> Result<bool, Refusal> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.to_owned()),
+                group: Some(kind.group().to_owned()),
+                resource: Some(plural.to_owned()),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let answer = tokio::time::timeout(REQUEST_TIMEOUT, api.create(&PostParams::default(), &review))
+        .await
+        .map_err(|_| {
+            (
+                reason::DISCOVERY_FAILED,
+                format!("checking access to {kind} timed out after {REQUEST_TIMEOUT:?}"),
+            )
+        })?
+        .map_err(|e| {
+            (
+                reason::DISCOVERY_FAILED,
+                bounded::message(&format!("checking access to {kind}: {e}")),
+            )
+        })?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
