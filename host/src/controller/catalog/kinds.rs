@@ -23,10 +23,10 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::Api;
 use kube::api::PostParams;
-use kube::core::GroupVersionKind;
 use trainforge_api::plugin::KindRef;
 use trainforge_api::trainforge::v1alpha1::reason;
 
+use crate::controller::trainjob::objects::gvk;
 use crate::plugin::{LoadedPlugin, bounded};
 
 /// Bound of each discovery or access-review request.
@@ -85,14 +85,6 @@ pub(crate) async fn admit(
         }
     }
     Ok(notes)
-}
-
-fn gvk(kind: &KindRef) -> GroupVersionKind {
-    let (group, version) = kind
-        .api_version
-        .split_once('/')
-        .unwrap_or(("", kind.api_version.as_str()));
-    GroupVersionKind::gvk(group, version, &kind.kind)
 }
 
 /// `Some((plural, namespaced))` from discovery; `None` when the kind is not

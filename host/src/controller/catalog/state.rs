@@ -731,4 +731,38 @@ mod tests {
         assert_eq!(names(&c), ["jax"]);
         assert_eq!(c.serving_digest("alpha"), None);
     }
+
+    /// Which of two clashing plugins serves does not depend on which was
+    /// loaded first: the lower-precedence one is refused, or displaced (and
+    /// its controller told to reconcile it again).
+    #[test]
+    fn clashes_are_decided_by_precedence_not_arrival() {
+        for first_is_winner in [true, false] {
+            let c = catalog();
+            let mut kicks = c.take_kicks().unwrap();
+            let (Some(a), Some(z)) = (serving(&c, "plainml", 0), serving(&c, "plainml", 0)) else {
+                return;
+            };
+            let order = if first_is_winner {
+                [("aaa", "u1", a), ("zzz", "u2", z)]
+            } else {
+                [("zzz", "u2", z), ("aaa", "u1", a)]
+            };
+            for (name, uid, s) in order {
+                c.commit(name, uid, ok(), Some(s));
+            }
+            assert_eq!(c.serving_digest("aaa").is_some(), true, "{first_is_winner}");
+            assert_eq!(c.serving_digest("zzz"), None, "{first_is_winner}");
+            assert_eq!(names(&c), ["plainml"]);
+            let loser = c.entry("zzz", "u2").unwrap();
+            let reason = &loser.attempt.unwrap().failure.unwrap().0;
+            if first_is_winner {
+                assert_eq!(reason, reason::DUPLICATE_NAME);
+                assert!(kicks.try_recv().is_err(), "nobody displaced");
+            } else {
+                assert_eq!(reason, reason::DISPLACED);
+                assert_eq!(kicks.try_recv().unwrap(), "zzz");
+            }
+        }
+    }
 }

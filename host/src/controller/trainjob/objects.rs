@@ -96,7 +96,8 @@ impl std::fmt::Debug for ObjectCache {
     }
 }
 
-fn gvk(kind: &KindRef) -> GroupVersionKind {
+/// The group/version/kind of a kind reference (`v1` is the core group).
+pub fn gvk(kind: &KindRef) -> GroupVersionKind {
     let (group, version) = kind
         .api_version
         .split_once('/')
