@@ -114,8 +114,8 @@ pub async fn run(
 ) -> Result<(), OperatorError> {
     let metrics = Arc::new(Metrics::new());
     let readiness = Readiness::new();
-    let ready_plugins = readiness.register("plugins");
-    let ready_caches = readiness.register("caches");
+    let ready_plugins = readiness.register("plugins", "the plugin set is not loaded yet");
+    let ready_caches = readiness.register("caches", "the watch caches are not synced yet");
     let router = health::router(metrics.clone(), readiness.clone());
     let mut addrs = Vec::new();
     for text in [&args.health_probe_bind_address, &args.metrics_bind_address] {
@@ -187,7 +187,7 @@ pub async fn run(
             Some(task),
         )
     };
-    ready_plugins.set(true);
+    ready_plugins.set_ready();
 
     // Watches follow the plugin set.
     let kinds_of = {
@@ -202,7 +202,7 @@ pub async fn run(
         }
     };
     let missing = objects.ensure(&kinds_of()).await;
-    ready_caches.set(true);
+    ready_caches.set_ready();
     {
         let objects = objects.clone();
         let stop = stop.clone();
