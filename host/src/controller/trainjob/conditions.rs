@@ -1,10 +1,16 @@
-//! TrainJob conditions and status: `Suspended`, `Complete`, `Failed` and
-//! the active deadline — pure functions over the typed [`TrainJobStatus`],
-//! so every rule is unit tested without a cluster.
+//! TrainJob conditions and status: `Suspended`, `Complete`, `Failed`, the
+//! active deadline and the `PluginsReady` extension — pure functions over
+//! the typed [`TrainJobStatus`], so every rule is unit tested without a
+//! cluster.
 //!
 //! Semantics follow `meta.SetStatusCondition`: `lastTransitionTime` moves
 //! only when `status` changes; reason, message and observedGeneration are
 //! always updated.
+//!
+//! `PluginsReady` is the one condition type beyond upstream's three: it is
+//! present, `False` with reason `NoServingPlugins`, only while no plugin set
+//! can serve the TrainJob, and removed as soon as one can, so the status of
+//! a healthy TrainJob is exactly upstream's.
 
 use std::fmt;
 use std::time::Duration;
@@ -17,6 +23,14 @@ use trainforge_api::trainer::v1alpha1::constants::{
     CONDITION_COMPLETE, CONDITION_FAILED, CONDITION_SUSPENDED, MESSAGE_DEADLINE_EXCEEDED,
     MESSAGE_RESUMED, MESSAGE_SUSPENDED, REASON_DEADLINE_EXCEEDED, REASON_RESUMED, REASON_SUSPENDED,
 };
+
+/// Condition type of the extension: `False` while no plugin set can serve
+/// the TrainJob, absent otherwise.
+pub const CONDITION_PLUGINS_READY: &str = "PluginsReady";
+/// Reason of `PluginsReady=False`.
+pub const REASON_NO_SERVING_PLUGINS: &str = "NoServingPlugins";
+/// The longest `PluginsReady` message kept, in characters.
+const MESSAGE_LIMIT: usize = 4096;
 
 /// The status of a condition. The API stores it as the string `True`,
 /// `False` or `Unknown`; nothing else is a condition status.
@@ -208,6 +222,28 @@ pub fn apply_suspend(status: &mut TrainJobStatus, suspend: bool, now: &Time) {
             MESSAGE_RESUMED,
             now,
         );
+    }
+}
+
+/// The `PluginsReady` extension: with `problem` (why no plugin set can
+/// serve), `PluginsReady=False/NoServingPlugins` with that message (cut at
+/// 4096 characters); without, no `PluginsReady` condition at all.
+pub fn set_plugins_ready(status: &mut TrainJobStatus, problem: Option<&str>, now: &Time) {
+    match problem {
+        Some(message) => {
+            let message: String = message.chars().take(MESSAGE_LIMIT).collect();
+            set(
+                status,
+                CONDITION_PLUGINS_READY,
+                ConditionStatus::False,
+                REASON_NO_SERVING_PLUGINS,
+                &message,
+                now,
+            );
+        }
+        None => {
+            remove(status, CONDITION_PLUGINS_READY);
+        }
     }
 }
 
@@ -429,6 +465,41 @@ mod tests {
         );
         assert!(has(&s, "X", ConditionStatus::Unknown));
         assert_eq!(conditions(&s).len(), 1);
+    }
+
+    #[test]
+    fn plugins_ready_is_present_only_while_the_problem_lasts() {
+        let now = t("2026-01-01T00:00:00Z");
+        let mut s = status(
+            json!({"jobsStatus": [{"name": "node", "ready": 0, "succeeded": 0,
+            "failed": 0, "active": 1, "suspended": 0}]}),
+        );
+        let healthy = s.clone();
+        set_plugins_ready(&mut s, None, &now);
+        assert_eq!(s, healthy, "a healthy status is left exactly as it was");
+
+        set_plugins_ready(&mut s, Some("no plugin in service calls build"), &now);
+        let c = find(&s, CONDITION_PLUGINS_READY).unwrap();
+        assert_eq!(ConditionStatus::of(c), Some(ConditionStatus::False));
+        assert_eq!(c.reason, REASON_NO_SERVING_PLUGINS);
+        assert_eq!(c.message, "no plugin in service calls build");
+        assert!(!is_finished(&s));
+
+        set_plugins_ready(&mut s, None, &t("2026-01-01T00:05:00Z"));
+        assert_eq!(s, healthy, "the condition (and the emptied list) is gone");
+
+        let mut fresh = TrainJobStatus::default();
+        set_plugins_ready(&mut fresh, Some(&"y".repeat(10_000)), &now);
+        assert_eq!(
+            find(&fresh, CONDITION_PLUGINS_READY)
+                .unwrap()
+                .message
+                .chars()
+                .count(),
+            MESSAGE_LIMIT
+        );
+        set_plugins_ready(&mut fresh, None, &now);
+        assert!(is_empty(&fresh));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! `trainer-trainjob-controller`): upstream's
 //! `TrainJobResourcesCreationFailed`, plus one Event per important
 //! transition (JobSet created, suspended, resumed, complete, failed,
-//! deadline exceeded, unsupported or missing runtime).
+//! deadline exceeded, unsupported or missing runtime, no plugin set that
+//! can serve).
 
 use kube::Resource;
 use kube::runtime::events::{Event, EventType};
@@ -10,7 +11,7 @@ use tracing::warn;
 use trainforge_api::trainer::v1alpha1::TrainJob;
 
 use super::Context;
-use super::conditions::{ConditionStatus, Transition};
+use super::conditions::{CONDITION_PLUGINS_READY, ConditionStatus, Transition};
 
 /// Upstream's reason for any failure to build or apply a TrainJob's objects.
 pub const REASON_CREATION_FAILED: &str = "TrainJobResourcesCreationFailed";
@@ -96,6 +97,11 @@ pub fn for_transition(t: &Transition) -> Option<(bool, String, String)> {
         ("Failed", ConditionStatus::True) => {
             Some((true, t.reason.clone(), note("TrainJob failed")))
         }
+        (CONDITION_PLUGINS_READY, ConditionStatus::False) => Some((
+            true,
+            t.reason.clone(),
+            note("no plugin set can serve TrainJobs"),
+        )),
         _ => None,
     }
 }
@@ -162,5 +168,29 @@ mod tests {
         );
         assert!(for_transition(&t("Complete", ConditionStatus::False, "x")).is_none());
         assert!(for_transition(&t("Complete", ConditionStatus::Unknown, "x")).is_none());
+    }
+
+    #[test]
+    fn no_serving_plugins_is_a_warning_naming_them() {
+        let mut tr = Transition {
+            kind: CONDITION_PLUGINS_READY.into(),
+            status: ConditionStatus::False,
+            reason: "NoServingPlugins".into(),
+            message: "no plugin in service calls build; ClusterTrainerPlugins not serving: jobset (DigestMismatch: x)".into(),
+        };
+        let (warning, reason, note) = for_transition(&tr).unwrap();
+        assert!(warning);
+        assert_eq!(reason, "NoServingPlugins");
+        assert!(note.contains("jobset (DigestMismatch: x)"), "{note}");
+        tr.message = "z".repeat(5000);
+        assert_eq!(
+            for_transition(&tr).unwrap().2.chars().count(),
+            NOTE_LIMIT + 4
+        );
+        tr.status = ConditionStatus::True;
+        assert!(
+            for_transition(&tr).is_none(),
+            "only the problem is an Event"
+        );
     }
 }

@@ -2,15 +2,17 @@
 //!
 //! 1. **resolve** the runtime through its snapshot ([`snapshot`]);
 //! 2. **build** the objects: the pure [`pipeline`](crate::pipeline) with the
-//!    plugin set in service, no I/O;
+//!    plugin set in service, no I/O. While no plugin of the set calls
+//!    `build`, nothing is built (the TrainJob gets `PluginsReady=False` and
+//!    a Warning Event instead: [`serving`](super::serving));
 //! 3. **apply** every object (server-side apply; objects already as desired
 //!    are not written);
 //! 4. **status**: `Suspended`, the status plugin's view, the active
-//!    deadline; written as a merge patch only when changed.
+//!    deadline, `PluginsReady`; written as a merge patch only when changed.
 //!
 //! Build and apply run only for unfinished jobs (no `Complete=True` or
-//! `Failed=True`). A failure of steps 1–3 gives upstream's Warning Event
-//! `TrainJobResourcesCreationFailed`;
+//! `Failed=True`). A failure of steps 1–3 (other than the missing plugin
+//! set) gives upstream's Warning Event `TrainJobResourcesCreationFailed`;
 //! the status step still runs, and the reconcile returns the first failure
 //! as a [`ReconcileError`] naming its step.
 
@@ -33,6 +35,7 @@ use super::apply::{self, ApplyError, Outcome};
 use super::conditions::{self, ConditionStatus, Deadline, StatusError};
 use super::events::{self, ACTION_RECONCILING, REASON_CREATION_FAILED};
 use super::objects::ObjectsError;
+use super::serving::NotServing;
 use super::snapshot::{self, SnapshotError};
 use super::{CONTROLLER_NAME, Context};
 use crate::pipeline::run::{PipelineError, Rendered, RuntimeObject, run as run_pipeline};
@@ -46,6 +49,10 @@ pub enum ReconcileError {
     /// missing runtime).
     #[error(transparent)]
     Resolve(SnapshotError),
+    /// Build: no plugin of the set in service calls `build`, so nothing was
+    /// built.
+    #[error("build: no plugin set can serve TrainJobs: {0}")]
+    NoServingPlugins(NotServing),
     /// Build: the pipeline refused the TrainJob or a plugin failed.
     #[error("build: {0}")]
     Build(#[source] PipelineError),
@@ -86,10 +93,12 @@ pub enum ReconcileError {
 
 impl ReconcileError {
     /// The label of the reconcile-error metric: the step that failed
-    /// (`Resolve`, `Build`, `Apply`, `Status`).
+    /// (`Resolve`, `Build`, `Apply`, `Status`), or `NoServingPlugins` when
+    /// the build step found no plugin that builds.
     pub fn reason(&self) -> &'static str {
         match self {
             ReconcileError::Resolve(_) => "Resolve",
+            ReconcileError::NoServingPlugins(_) => "NoServingPlugins",
             ReconcileError::Build(_) | ReconcileError::BuildTask(_) => "Build",
             ReconcileError::ApplyKind(_) | ReconcileError::Apply(_) => "Apply",
             ReconcileError::StatusInput(_)
@@ -103,7 +112,8 @@ impl ReconcileError {
 
     /// Whether this is a failure to create the TrainJob's resources
     /// (resolve, build or apply), reported as upstream's
-    /// `TrainJobResourcesCreationFailed` Event.
+    /// `TrainJobResourcesCreationFailed` Event. The missing plugin set has
+    /// its own condition and Event instead.
     pub fn is_creation_failure(&self) -> bool {
         matches!(self.reason(), "Resolve" | "Build" | "Apply")
     }
@@ -222,6 +232,13 @@ impl Reconcile<'_> {
 
         let plugins = self.ctx.plugins.current();
         let finished = conditions::is_finished(&old);
+        // Only an unfinished job needs objects, so only it needs a set that
+        // can serve.
+        let not_serving = if finished {
+            None
+        } else {
+            self.ctx.plugins.not_serving(&plugins)
+        };
         let mut failure: Option<ReconcileError> = None;
 
         // 1. Resolve.
@@ -235,7 +252,10 @@ impl Reconcile<'_> {
         // 2. Build and 3. apply.
         let mut info: Option<Info> = None;
         if let (false, Some(r)) = (finished, &resolved) {
-            match self.build_and_apply(r, &plugins).await {
+            match self
+                .build_and_apply(r, &plugins, not_serving.as_ref())
+                .await
+            {
                 Ok(i) => info = Some(i),
                 Err(e) => failure = Some(e),
             }
@@ -249,9 +269,12 @@ impl Reconcile<'_> {
             )
             .await;
         }
+        if let Some(ReconcileError::NoServingPlugins(n)) = &failure {
+            warn!(reason = %n, "no plugin set can serve TrainJobs: nothing built");
+        }
 
         // 4. Status: Suspended, then the status plugin (it starts from the
-        // status so far), the remembered deadline.
+        // status so far), the remembered deadline, the plugins condition.
         conditions::apply_suspend(&mut status, job.spec.suspend.unwrap_or(false), &now);
         let remembered = conditions::deadline_exceeded(&old);
         let mut retry_soon = false;
@@ -269,6 +292,8 @@ impl Reconcile<'_> {
         if let Some(c) = remembered {
             conditions::restore(&mut status, c);
         }
+        let problem = not_serving.as_ref().map(ToString::to_string);
+        conditions::set_plugins_ready(&mut status, problem.as_deref(), &now);
 
         // The active deadline.
         let created = job.metadata.creation_timestamp.as_ref().map(|t| t.0);
@@ -354,7 +379,11 @@ impl Reconcile<'_> {
         &mut self,
         resolved: &Resolved,
         plugins: &Arc<PluginSet>,
+        not_serving: Option<&NotServing>,
     ) -> Result<Info, ReconcileError> {
+        if let Some(n) = not_serving {
+            return Err(ReconcileError::NoServingPlugins(n.clone()));
+        }
         let rendered = self.build(&resolved.runtime, plugins).await?;
         for w in &rendered.warnings {
             info!(warning = %w, "TrainJob warning");
@@ -547,6 +576,18 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use crate::controller::trainjob::serving::{Absent, Origin};
+
+    fn not_serving() -> NotServing {
+        NotServing {
+            origin: Origin::Catalog,
+            absent: vec![Absent {
+                name: "jobset".into(),
+                why: "DigestMismatch: expected sha256 00, got 11".into(),
+            }],
+            without_build: Vec::new(),
+        }
+    }
 
     #[test]
     fn each_error_names_its_step() {
@@ -581,6 +622,18 @@ mod tests {
         assert_eq!(kind.reason(), "Apply");
         assert!(kind.to_string().starts_with("apply: x/v1 Y"), "{kind}");
 
+        let none = ReconcileError::NoServingPlugins(not_serving());
+        assert_eq!(none.reason(), "NoServingPlugins");
+        assert!(
+            !none.is_creation_failure(),
+            "its own condition and Event, not TrainJobResourcesCreationFailed"
+        );
+        assert!(
+            none.to_string()
+                .contains("jobset (DigestMismatch: expected sha256 00, got 11)"),
+            "{none}"
+        );
+
         let invalid = ReconcileError::StatusInvalid {
             plugin: "jobset".into(),
             source: conditions::parse_status(serde_json::json!({"jobsStatus": 3})).unwrap_err(),
@@ -598,14 +651,11 @@ mod tests {
     #[test]
     fn the_first_failure_is_kept() {
         let mut first = None;
-        keep_first(
-            &mut first,
-            ReconcileError::Resolve(SnapshotError::NotFound("first".into())),
-        );
+        keep_first(&mut first, ReconcileError::NoServingPlugins(not_serving()));
         keep_first(
             &mut first,
             ReconcileError::Build(PipelineError::Runtime("later".into())),
         );
-        assert_eq!(first.unwrap().reason(), "Resolve");
+        assert_eq!(first.unwrap().reason(), "NoServingPlugins");
     }
 }
