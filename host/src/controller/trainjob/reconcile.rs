@@ -115,7 +115,14 @@ impl ReconcileError {
     /// `TrainJobResourcesCreationFailed` Event. The missing plugin set has
     /// its own condition and Event instead.
     pub fn is_creation_failure(&self) -> bool {
-        matches!(self.reason(), "Resolve" | "Build" | "Apply")
+        matches!(
+            self,
+            ReconcileError::Resolve(_)
+                | ReconcileError::Build(_)
+                | ReconcileError::BuildTask(_)
+                | ReconcileError::ApplyKind(_)
+                | ReconcileError::Apply(_)
+        )
     }
 }
 
