@@ -7,6 +7,12 @@
 //! plugins declared → TrainJob controller. Shutdown (SIGTERM, Ctrl-C, or
 //! losing the Lease): controllers drain, then the Lease is released so a
 //! standby takes over at once.
+//!
+//! Readiness (`/readyz`): `caches` passes once the watches have listed;
+//! `plugins` passes exactly while the plugin set in service can serve
+//! TrainJobs (one of its plugins calls `build`), which can change at any
+//! time with the `ClusterTrainerPlugin`s. While it fails, its reason names
+//! the plugins not serving and why (`/readyz?verbose`, and the log).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -18,10 +24,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 use trainforge_api::plugin::KindRef;
 
-use super::ops::health::{self, Readiness};
+use super::catalog::PluginCatalog;
+use super::ops::health::{self, Readiness, ReadyFlag};
 use super::ops::leader::{LeaderElection, LeaderOptions};
 use super::ops::metrics::Metrics;
-use super::catalog::PluginCatalog;
+use super::trainjob::serving::{self, NotServing};
 use super::trainjob::{self, Context, FixedPlugins, ObjectCache, Plugins, Settings};
 use crate::plugin::{self, PluginRuntime, PluginSet, RuntimeConfig};
 
@@ -85,9 +92,6 @@ pub enum OperatorError {
     /// The compile worker (this executable) could not be located.
     #[error("plugin compiler: {0}")]
     Compiler(String),
-    /// The plugin configuration controller stopped.
-    #[error("plugin configuration controller: {0}")]
-    Catalog(String),
     /// The async runtime could not start.
     #[error("starting the async runtime: {0}")]
     Runtime(#[from] std::io::Error),
@@ -124,8 +128,8 @@ pub async fn run(
 ) -> Result<(), OperatorError> {
     let metrics = Arc::new(Metrics::new());
     let readiness = Readiness::new();
-    let ready_plugins = readiness.register("plugins");
-    let ready_caches = readiness.register("caches");
+    let ready_plugins = readiness.register("plugins", "the plugin set is not loaded yet");
+    let ready_caches = readiness.register("caches", "the watch caches are not synced yet");
     let router = health::router(metrics.clone(), readiness.clone());
     let mut addrs = Vec::new();
     for text in [&args.health_probe_bind_address, &args.metrics_bind_address] {
@@ -169,6 +173,10 @@ pub async fn run(
         LeaderElection::disabled()
     };
     info!(identity = %leader.identity(), "waiting for leadership");
+    if args.leader_elect {
+        ready_plugins
+            .set_not_ready("not leading: plugins are loaded once this replica holds the Lease");
+    }
     tokio::select! {
         _ = shutdown.cancelled() => return Ok(()),
         acquired = leader.acquired() => if !acquired { return Ok(()) },
@@ -181,12 +189,20 @@ pub async fn run(
     let objects = Arc::new(ObjectCache::new(client.clone(), trigger_tx));
     let (plugins, generations, catalog_task): (Arc<dyn Plugins>, _, _) = if args.builtin_plugins {
         let set = builtin_set(&runtime, objects.clone())?;
-        (Arc::new(FixedPlugins(Arc::new(set))), None, None)
+        let fixed = FixedPlugins(Arc::new(set));
+        // The set never changes: the check is decided once.
+        ready_plugins.set(readiness_of(Plugins::not_serving(&fixed, &fixed.current())));
+        (Arc::new(fixed) as Arc<dyn Plugins>, None, None)
     } else {
         let catalog = Arc::new(PluginCatalog::new(runtime.clone(), objects.clone()));
         let task = tokio::spawn(super::catalog::run(
             client.clone(),
             catalog.clone(),
+            stop.clone(),
+        ));
+        tokio::spawn(follow_plugins(
+            catalog.clone(),
+            ready_plugins.clone(),
             stop.clone(),
         ));
         let mut generations = catalog.subscribe();
@@ -203,7 +219,6 @@ pub async fn run(
             Some(task),
         )
     };
-    ready_plugins.set(true);
 
     // Watches follow the plugin set: what each plugin may emit, read or
     // watch (after the administrator's narrowing), never more.
@@ -224,7 +239,7 @@ pub async fn run(
         _ = stop.cancelled() => return Ok(()),
         missing = objects.ensure(&wanted) => missing,
     };
-    ready_caches.set(true);
+    ready_caches.set_ready();
     {
         let objects = objects.clone();
         let stop = stop.clone();
@@ -309,8 +324,96 @@ fn builtin_set(
     )?)
 }
 
+/// The `plugins` readiness check of a [`NotServing`] answer.
+fn readiness_of(not_serving: Option<NotServing>) -> Result<(), String> {
+    match not_serving {
+        None => Ok(()),
+        Some(n) => Err(format!("no plugin set can serve TrainJobs: {n}")),
+    }
+}
+
+/// The `plugins` readiness check of the catalog now: failing until every
+/// `ClusterTrainerPlugin` listed at start-up has been attempted, then
+/// failing exactly while the set in service cannot serve TrainJobs.
+fn catalog_readiness(catalog: &PluginCatalog) -> Result<(), String> {
+    if !catalog.is_synced() {
+        return Err("loading the ClusterTrainerPlugins listed at start-up".to_owned());
+    }
+    readiness_of(Plugins::not_serving(catalog, &catalog.current()))
+}
+
+/// How often the `plugins` check is re-evaluated between swaps (a refused
+/// attempt changes the reason without swapping the set).
+const PLUGINS_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Keep the `plugins` readiness check in step with the catalog until
+/// `stop`: on every swap, and every [`PLUGINS_CHECK_INTERVAL`].
+async fn follow_plugins(catalog: Arc<PluginCatalog>, check: ReadyFlag, stop: CancellationToken) {
+    let mut swaps = catalog.subscribe();
+    let mut open = true;
+    loop {
+        check.set(catalog_readiness(&catalog));
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            changed = swaps.changed(), if open => open = changed.is_ok(),
+            _ = tokio::time::sleep(PLUGINS_CHECK_INTERVAL) => {},
+        }
+    }
+}
+
 impl Plugins for PluginCatalog {
     fn current(&self) -> Arc<PluginSet> {
         PluginCatalog::current(self)
+    }
+
+    fn not_serving(&self, set: &PluginSet) -> Option<NotServing> {
+        if serving::can_serve(set) {
+            return None;
+        }
+        serving::check_catalog(set, &self.reports())
+    }
+
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::plugin::{NoObjects, RuntimeConfig};
+
+    #[test]
+    fn an_empty_catalog_is_not_ready_until_synced_then_says_why() {
+        let catalog = PluginCatalog::new(
+            Arc::new(PluginRuntime::new(RuntimeConfig::default()).unwrap()),
+            Arc::new(NoObjects),
+        );
+        assert_eq!(
+            catalog_readiness(&catalog),
+            Err("loading the ClusterTrainerPlugins listed at start-up".to_owned())
+        );
+        // A watch on a cluster without ClusterTrainerPlugins: synced at once.
+        catalog.set_initial(Default::default());
+        assert_eq!(
+            catalog_readiness(&catalog),
+            Err(
+                "no plugin set can serve TrainJobs: no plugin in service calls build; \
+                 no ClusterTrainerPlugin is configured"
+                    .to_owned()
+            )
+        );
+    }
+
+    #[test]
+    fn an_empty_builtin_set_is_not_ready() {
+        let fixed = FixedPlugins(Arc::new(PluginSet::default()));
+        let why = readiness_of(fixed.not_serving(&fixed.current())).unwrap_err();
+        assert!(
+            why.starts_with("no plugin set can serve TrainJobs: no plugin in service calls build; this binary embeds no builtin plugin"),
+            "{why}"
+        );
     }
 }

@@ -209,6 +209,16 @@ impl Operator {
         panic!("operator never ready; log:\n{}", self.log_tail(80));
     }
 
+    /// `/readyz` (or `/readyz?verbose`): status code and body; `None` while
+    /// the server does not answer.
+    pub async fn readyz(&self, verbose: bool) -> Option<(u16, String)> {
+        let query = if verbose { "?verbose" } else { "" };
+        let url = format!("http://{}/readyz{query}", self.metrics);
+        let r = http().get(&url).send().await.ok()?;
+        let code = r.status().as_u16();
+        Some((code, r.text().await.ok()?))
+    }
+
     /// Wait until `/healthz` answers (a standby replica is alive but not ready).
     pub async fn wait_ready_or_standby(&self) {
         let url = format!("http://{}/healthz", self.metrics);

@@ -37,8 +37,8 @@ pub mod spec;
 mod state;
 pub mod status;
 
-pub use state::PluginCatalog;
 pub use controller::{Options, run, run_with};
+pub use state::{PluginCatalog, PluginReport};
 
 /// Field manager of the status writes.
 pub const FIELD_MANAGER: &str = "trainforge-plugins";
@@ -69,7 +69,4 @@ pub enum Error {
     /// The HTTPS client could not be built.
     #[error("building the HTTPS client: {0}")]
     HttpClient(String),
-    /// The watch on ClusterTrainerPlugins ended with an error.
-    #[error("watching ClusterTrainerPlugins: {0}")]
-    Watch(String),
 }

@@ -184,6 +184,20 @@ struct State {
     kinds: BTreeSet<KindRef>,
 }
 
+/// What the catalog knows about one `ClusterTrainerPlugin`, read-only
+/// ([`PluginCatalog::reports`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginReport {
+    /// The `ClusterTrainerPlugin`'s name.
+    pub name: String,
+    /// Whether a version of it is in service.
+    pub serving: bool,
+    /// Whether the version in service has its `build` phase called.
+    pub builds: bool,
+    /// `(reason, message)` of its latest attempt, when that attempt failed.
+    pub failure: Option<(String, String)>,
+}
+
 /// The plugin set in service, built from every `Ready` `ClusterTrainerPlugin`
 /// sorted by `(spec.order, metadata.name)`.
 pub struct PluginCatalog {
@@ -268,6 +282,24 @@ impl PluginCatalog {
             .get(name)
             .and_then(|e| e.serving.as_ref())
             .map(|s| s.digest().to_owned())
+    }
+
+    /// Every `ClusterTrainerPlugin` known, by name: whether it serves, and
+    /// why its latest attempt failed.
+    pub fn reports(&self) -> Vec<PluginReport> {
+        self.lock()
+            .entries
+            .iter()
+            .map(|(name, e)| PluginReport {
+                name: name.clone(),
+                serving: e.serving.is_some(),
+                builds: e
+                    .serving
+                    .as_ref()
+                    .is_some_and(|s| s.plugin.calls(Phase::Build)),
+                failure: e.attempt.as_ref().and_then(|a| a.failure.clone()),
+            })
+            .collect()
     }
 
     /// Status writes made so far (a resync that changes nothing makes none).
@@ -764,5 +796,32 @@ mod tests {
                 assert_eq!(kicks.try_recv().unwrap(), "zzz");
             }
         }
+    }
+
+    #[test]
+    fn reports_name_each_plugin_with_its_latest_failure() {
+        let c = catalog();
+        assert!(c.reports().is_empty());
+        let refused = Attempt::failed(
+            3,
+            vec![Stage::ok("Fetched", "")],
+            reason::DIGEST_MISMATCH,
+            "expected sha256 00, got 11".into(),
+        );
+        c.commit("jobset", "u1", refused, None);
+        assert_eq!(
+            c.reports(),
+            [PluginReport {
+                name: "jobset".into(),
+                serving: false,
+                builds: false,
+                failure: Some((
+                    reason::DIGEST_MISMATCH.into(),
+                    "expected sha256 00, got 11".into()
+                )),
+            }]
+        );
+        c.remove("jobset", Some("u1"));
+        assert!(c.reports().is_empty());
     }
 }

@@ -2,9 +2,16 @@
 //!
 //! - `/healthz`: 200 `ok` while the process serves requests (liveness).
 //! - `/readyz`: 200 `ok` only when every check registered on the
-//!   [`Readiness`] passes (e.g. `plugins` compiled, `caches` synced); 503
-//!   with `not ready: <failing names>` otherwise.
+//!   [`Readiness`] passes (e.g. `plugins` can serve TrainJobs, `caches`
+//!   synced); 503 with `not ready: <failing names>` otherwise.
+//! - `/readyz?verbose`: the same status code, and one line per check in
+//!   registration order, `[+]<name> ok` or `[-]<name> failed: <reason>`,
+//!   then `readyz check passed` or `readyz check failed` (the layout
+//!   kube-apiserver uses for its own `/readyz?verbose`).
 //! - `/metrics`: [`Metrics::encode`] as OpenMetrics text.
+//!
+//! A check that changes state (or, while failing, its reason) logs it:
+//! passing at `info`, failing with the reason at `warn`.
 //!
 //! The same [`router`] can be served on both the metrics and the health-probe
 //! address (`--metrics-bind-address`, `--health-probe-bind-address`): each
@@ -12,11 +19,10 @@
 //! reads controller-runtime style addresses (`:8080`, `0` = disabled).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -51,35 +57,74 @@ pub enum Error {
 
 /// Named readiness checks; `/readyz` is 200 only when all pass.
 ///
-/// Cheap to clone (shared state). Checks start failing unless registered
-/// with [`Readiness::register_ready`].
+/// Cheap to clone (shared state). A check fails, with the reason given to
+/// [`Readiness::register`], until it is set passing.
 #[derive(Debug, Clone, Default)]
 pub struct Readiness {
     checks: Arc<Mutex<Vec<ReadyFlag>>>,
 }
 
-/// One named readiness check: set it when the condition holds.
+/// One named readiness check: passing, or failing with a reason.
 #[derive(Debug, Clone)]
 pub struct ReadyFlag {
     name: Arc<str>,
-    flag: Arc<AtomicBool>,
+    /// `None` while the check passes; the reason while it fails.
+    failing: Arc<Mutex<Option<String>>>,
+}
+
+/// The state of one check, as `/readyz?verbose` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckState {
+    /// The check's name.
+    pub name: String,
+    /// `None` when the check passes; why it fails otherwise.
+    pub failing: Option<String>,
 }
 
 impl ReadyFlag {
-    /// Mark the check as passing (`true`) or failing (`false`).
-    pub fn set(&self, ready: bool) {
-        self.flag.store(ready, Ordering::Release);
+    fn state(&self) -> MutexGuard<'_, Option<String>> {
+        // A panic while holding the lock cannot leave an Option half-written.
+        self.failing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether the check passes.
-    pub fn is_ready(&self) -> bool {
-        self.flag.load(Ordering::Acquire)
+    /// Mark the check as passing.
+    pub fn set_ready(&self) {
+        self.set(Ok(()));
     }
 
-    /// The check's name.
-    pub fn name(&self) -> &str {
-        &self.name
+    /// Mark the check as failing because of `reason` (one line; line breaks
+    /// are shown as spaces).
+    pub fn set_not_ready(&self, reason: impl Into<String>) {
+        self.set(Err(reason.into()));
     }
+
+    /// Mark the check as passing (`Ok`) or failing with a reason (`Err`).
+    /// A change of state, or of the reason while failing, is logged.
+    pub fn set(&self, state: Result<(), String>) {
+        let new = state.err().map(|r| one_line(&r));
+        let mut current = self.state();
+        if *current == new {
+            return;
+        }
+        match &new {
+            None => tracing::info!(check = %self.name, "readiness check passes"),
+            Some(reason) => tracing::warn!(check = %self.name, %reason, "readiness check fails"),
+        }
+        *current = new;
+    }
+
+    /// Why the check fails (`None` while it passes).
+    pub fn reason(&self) -> Option<String> {
+        self.state().clone()
+    }
+}
+
+/// `text` with every line break replaced by a space.
+fn one_line(text: &str) -> String {
+    text.split(['\r', '\n'])
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl Readiness {
@@ -90,37 +135,70 @@ impl Readiness {
 
     fn lock(&self) -> MutexGuard<'_, Vec<ReadyFlag>> {
         // A panic while holding the lock cannot leave the Vec inconsistent.
-        self.checks.lock().unwrap_or_else(|p| p.into_inner())
+        self.checks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Register a check named `name`, failing until set. Registering a name
-    /// twice returns the existing check.
-    pub fn register(&self, name: &str) -> ReadyFlag {
+    /// Register a check named `name`, failing with `reason` until set.
+    /// Registering a name twice returns the existing check (its state
+    /// unchanged).
+    pub fn register(&self, name: &str, reason: &str) -> ReadyFlag {
         let mut checks = self.lock();
         if let Some(existing) = checks.iter().find(|c| &*c.name == name) {
             return existing.clone();
         }
         let flag = ReadyFlag {
             name: Arc::from(name),
-            flag: Arc::new(AtomicBool::new(false)),
+            failing: Arc::new(Mutex::new(Some(one_line(reason)))),
         };
         checks.push(flag.clone());
         flag
     }
 
-    /// Names of the failing checks, in registration order.
-    pub fn failing(&self) -> Vec<String> {
+    /// Every check with its state, in registration order.
+    pub fn checks(&self) -> Vec<CheckState> {
         self.lock()
             .iter()
-            .filter(|c| !c.is_ready())
-            .map(|c| c.name.to_string())
+            .map(|c| CheckState {
+                name: c.name.to_string(),
+                failing: c.reason(),
+            })
             .collect()
     }
 
-    /// Whether every registered check passes.
-    pub fn is_ready(&self) -> bool {
-        self.lock().iter().all(ReadyFlag::is_ready)
+    /// Names of the failing checks, in registration order.
+    pub fn failing(&self) -> Vec<String> {
+        self.checks()
+            .into_iter()
+            .filter(|c| c.failing.is_some())
+            .map(|c| c.name)
+            .collect()
     }
+}
+
+/// The body of `/readyz?verbose`: one line per check, then the verdict.
+pub fn verbose_report(checks: &[CheckState]) -> String {
+    let mut out = String::new();
+    for c in checks {
+        match &c.failing {
+            None => out.push_str(&format!("[+]{} ok\n", c.name)),
+            Some(reason) => out.push_str(&format!("[-]{} failed: {reason}\n", c.name)),
+        }
+    }
+    if checks.iter().all(|c| c.failing.is_none()) {
+        out.push_str("readyz check passed\n");
+    } else {
+        out.push_str("readyz check failed\n");
+    }
+    out
+}
+
+/// Whether a query string asks for the verbose report (`verbose` present,
+/// with or without a value).
+fn wants_verbose(query: Option<&str>) -> bool {
+    query.is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv.split('=').next() == Some("verbose"))
+    })
 }
 
 #[derive(Clone)]
@@ -142,15 +220,25 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
-    let failing = state.readiness.failing();
-    if failing.is_empty() {
-        (StatusCode::OK, "ok".to_owned())
+async fn readyz(State(state): State<AppState>, RawQuery(query): RawQuery) -> (StatusCode, String) {
+    let checks = state.readiness.checks();
+    let code = if checks.iter().all(|c| c.failing.is_none()) {
+        StatusCode::OK
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: {}", failing.join(", ")),
-        )
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    if wants_verbose(query.as_deref()) {
+        return (code, verbose_report(&checks));
+    }
+    let failing: Vec<&str> = checks
+        .iter()
+        .filter(|c| c.failing.is_some())
+        .map(|c| c.name.as_str())
+        .collect();
+    if failing.is_empty() {
+        (code, "ok".to_owned())
+    } else {
+        (code, format!("not ready: {}", failing.join(", ")))
     }
 }
 
@@ -283,23 +371,52 @@ mod tests {
         // no checks registered: ready
         assert_eq!(http.get(url("/readyz")).send().await.unwrap().status(), 200);
 
-        let plugins = readiness.register("plugins");
-        let caches = readiness.register("caches");
+        let plugins = readiness.register("plugins", "not loaded yet");
+        let caches = readiness.register("caches", "not synced yet");
         let r = http.get(url("/readyz")).send().await.unwrap();
         assert_eq!(r.status(), 503);
         assert_eq!(r.text().await.unwrap(), "not ready: plugins, caches");
+        let r = http.get(url("/readyz?verbose")).send().await.unwrap();
+        assert_eq!(r.status(), 503);
+        assert_eq!(
+            r.text().await.unwrap(),
+            "[-]plugins failed: not loaded yet\n[-]caches failed: not synced yet\nreadyz check failed\n"
+        );
 
-        plugins.set(true);
+        plugins.set_ready();
         let r = http.get(url("/readyz")).send().await.unwrap();
         assert_eq!(r.status(), 503);
         assert_eq!(r.text().await.unwrap(), "not ready: caches");
+        let r = http.get(url("/readyz?verbose=1")).send().await.unwrap();
+        assert_eq!(r.status(), 503);
+        assert_eq!(
+            r.text().await.unwrap(),
+            "[+]plugins ok\n[-]caches failed: not synced yet\nreadyz check failed\n"
+        );
 
-        caches.set(true);
+        caches.set_ready();
         let r = http.get(url("/readyz")).send().await.unwrap();
         assert_eq!(r.status(), 200);
+        assert_eq!(r.text().await.unwrap(), "ok");
+        let r = http.get(url("/readyz?verbose")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.text().await.unwrap(),
+            "[+]plugins ok\n[+]caches ok\nreadyz check passed\n"
+        );
 
-        caches.set(false);
-        assert_eq!(http.get(url("/readyz")).send().await.unwrap().status(), 503);
+        // A check can fail again, with a new reason.
+        plugins.set_not_ready("no plugin in service calls build");
+        let r = http.get(url("/readyz")).send().await.unwrap();
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.text().await.unwrap(), "not ready: plugins");
+        let r = http.get(url("/readyz?verbose")).send().await.unwrap();
+        assert!(
+            r.text()
+                .await
+                .unwrap()
+                .starts_with("[-]plugins failed: no plugin in service calls build\n"),
+        );
 
         metrics.noop_resync();
         let r = http.get(url("/metrics")).send().await.unwrap();
@@ -358,11 +475,41 @@ mod tests {
     #[test]
     fn registering_twice_shares_the_flag() {
         let r = Readiness::new();
-        let a = r.register("plugins");
-        let b = r.register("plugins");
-        a.set(true);
-        assert!(b.is_ready());
-        assert!(r.is_ready());
-        assert_eq!(a.name(), "plugins");
+        let a = r.register("plugins", "first");
+        let b = r.register("plugins", "second");
+        assert_eq!(b.reason().as_deref(), Some("first"), "the state is kept");
+        a.set_ready();
+        assert_eq!(b.reason(), None);
+        assert_eq!(r.checks().len(), 1);
+        assert!(r.failing().is_empty());
+    }
+
+    #[test]
+    fn reasons_follow_the_check_and_are_one_line() {
+        let r = Readiness::new();
+        let a = r.register("plugins", "not loaded\nyet");
+        assert_eq!(a.reason().as_deref(), Some("not loaded yet"));
+        a.set(Err("none\r\nserves".into()));
+        assert_eq!(
+            r.checks(),
+            [CheckState {
+                name: "plugins".into(),
+                failing: Some("none serves".into())
+            }]
+        );
+        assert_eq!(r.failing(), ["plugins"]);
+        a.set(Ok(()));
+        assert_eq!(a.reason(), None);
+        assert!(r.failing().is_empty());
+    }
+
+    #[test]
+    fn verbose_is_asked_by_the_query_key() {
+        assert!(wants_verbose(Some("verbose")));
+        assert!(wants_verbose(Some("verbose=true")));
+        assert!(wants_verbose(Some("exclude=x&verbose")));
+        assert!(!wants_verbose(Some("verbosely")));
+        assert!(!wants_verbose(Some("")));
+        assert!(!wants_verbose(None));
     }
 }

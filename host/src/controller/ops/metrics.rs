@@ -18,11 +18,8 @@
 //! | `trainforge_plugin_call_duration_seconds` | `plugin`, `phase` | plugin call latency, 1 µs – 4 s buckets |
 //! | `trainforge_plugin_failures_total` | `plugin`, `phase`, `reason` | failed plugin calls |
 //! | `trainforge_plugin_memory_high_water_bytes` | `plugin` | largest guest memory seen (gauge) |
-//!
-//! The getters (`reconciles`, `api_writes_total`, ...) read current values so
-//! that tests can assert, e.g., that a no-op resync wrote nothing.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -104,12 +101,8 @@ pub struct Metrics {
     reconcile_duration: HistogramFamily<ControllerLabels>,
     apply_errors: Family<KindLabels, Counter>,
     api_writes: Family<WriteLabels, Counter>,
-    /// Sum over all `api_writes` label sets (a family cannot be summed).
-    api_writes_sum: AtomicU64,
     noop_resyncs: Counter,
     jobset_ready: Histogram,
-    /// Observations of `jobset_ready` (the histogram has no public count).
-    jobset_ready_count: AtomicU64,
     plugin_calls: Family<PluginPhaseLabels, Counter>,
     plugin_call_duration: HistogramFamily<PluginPhaseLabels>,
     plugin_failures: Family<PluginFailureLabels, Counter>,
@@ -208,10 +201,8 @@ impl Metrics {
             reconcile_duration,
             apply_errors,
             api_writes,
-            api_writes_sum: AtomicU64::new(0),
             noop_resyncs,
             jobset_ready,
-            jobset_ready_count: AtomicU64::new(0),
             plugin_calls,
             plugin_call_duration,
             plugin_failures,
@@ -254,7 +245,6 @@ impl Metrics {
                 kind: kind.to_owned(),
             })
             .inc();
-        self.api_writes_sum.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Count one server-side-apply error for an object of `kind`.
@@ -274,7 +264,6 @@ impl Metrics {
     /// Observe the time from a TrainJob's creation to its JobSet being ready.
     pub fn jobset_ready(&self, elapsed: Duration) {
         self.jobset_ready.observe(elapsed.as_secs_f64());
-        self.jobset_ready_count.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Record one plugin call (what [`crate::plugin::CallObserver::on_call`]
@@ -324,89 +313,6 @@ impl Metrics {
             tracing::error!(error = %e, "encoding metrics failed");
         }
         out
-    }
-
-    /// Reconciles of `controller` counted so far.
-    pub fn reconciles(&self, controller: &str) -> u64 {
-        self.reconciles
-            .get(&ControllerLabels {
-                controller: controller.to_owned(),
-            })
-            .map_or(0, |c| c.get())
-    }
-
-    /// Failed reconciles of `controller` with `reason`.
-    pub fn reconcile_errors(&self, controller: &str, reason: &str) -> u64 {
-        self.reconcile_errors
-            .get(&ControllerReasonLabels {
-                controller: controller.to_owned(),
-                reason: reason.to_owned(),
-            })
-            .map_or(0, |c| c.get())
-    }
-
-    /// Writes counted for (`verb`, `kind`).
-    pub fn api_writes(&self, verb: &str, kind: &str) -> u64 {
-        self.api_writes
-            .get(&WriteLabels {
-                verb: verb.to_owned(),
-                kind: kind.to_owned(),
-            })
-            .map_or(0, |c| c.get())
-    }
-
-    /// All writes counted, over every verb and kind.
-    pub fn api_writes_total(&self) -> u64 {
-        self.api_writes_sum.load(Ordering::Relaxed)
-    }
-
-    /// Server-side-apply errors counted for `kind`.
-    pub fn apply_errors(&self, kind: &str) -> u64 {
-        self.apply_errors
-            .get(&KindLabels {
-                kind: kind.to_owned(),
-            })
-            .map_or(0, |c| c.get())
-    }
-
-    /// No-op resyncs counted so far.
-    pub fn noop_resyncs(&self) -> u64 {
-        self.noop_resyncs.get()
-    }
-
-    /// Observations of the TrainJob-create → JobSet-ready histogram.
-    pub fn jobset_ready_count(&self) -> u64 {
-        self.jobset_ready_count.load(Ordering::Relaxed)
-    }
-
-    /// Calls of `plugin` in `phase` counted so far.
-    pub fn plugin_calls(&self, plugin: &str, phase: &str) -> u64 {
-        self.plugin_calls
-            .get(&PluginPhaseLabels {
-                plugin: plugin.to_owned(),
-                phase: phase.to_owned(),
-            })
-            .map_or(0, |c| c.get())
-    }
-
-    /// Failures of `plugin` in `phase` with `reason`.
-    pub fn plugin_failures(&self, plugin: &str, phase: &str, reason: &str) -> u64 {
-        self.plugin_failures
-            .get(&PluginFailureLabels {
-                plugin: plugin.to_owned(),
-                phase: phase.to_owned(),
-                reason: reason.to_owned(),
-            })
-            .map_or(0, |c| c.get())
-    }
-
-    /// Memory high-water mark of `plugin` in bytes (0 if never called).
-    pub fn plugin_memory_high_water(&self, plugin: &str) -> u64 {
-        self.plugin_memory
-            .get(&PluginLabels {
-                plugin: plugin.to_owned(),
-            })
-            .map_or(0, |g| u64::try_from(g.get()).unwrap_or(0))
     }
 }
 
@@ -461,62 +367,79 @@ mod tests {
         assert!(text.ends_with("# EOF\n"), "not OpenMetrics:\n{text}");
     }
 
+    /// The value of the sample `series` (name and labels as encoded).
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|v| v.parse().ok())
+    }
+
     #[test]
     fn reconcile_counters_move_and_are_encoded() {
         let m = Metrics::new();
         m.reconcile_done("trainjob", Duration::from_millis(3), Ok(()));
-        m.reconcile_done("trainjob", Duration::from_millis(5), Err("ApplyFailed"));
+        m.reconcile_done("trainjob", Duration::from_millis(5), Err("Apply"));
         m.reconcile_done("plugins", Duration::from_millis(1), Ok(()));
-        assert_eq!(m.reconciles("trainjob"), 2);
-        assert_eq!(m.reconciles("plugins"), 1);
-        assert_eq!(m.reconcile_errors("trainjob", "ApplyFailed"), 1);
-        assert_eq!(m.reconcile_errors("plugins", "ApplyFailed"), 0);
         let text = m.encode();
-        assert!(
-            text.contains(r#"trainforge_reconcile_total{controller="trainjob"} 2"#),
+        let at = |series: &str| sample(&text, series);
+        assert_eq!(
+            at(r#"trainforge_reconcile_total{controller="trainjob"}"#),
+            Some(2.0),
             "{text}"
         );
-        assert!(
-            text.contains(
-                r#"trainforge_reconcile_errors_total{controller="trainjob",reason="ApplyFailed"} 1"#
-            ),
-            "{text}"
+        assert_eq!(
+            at(r#"trainforge_reconcile_total{controller="plugins"}"#),
+            Some(1.0)
         );
-        assert!(
-            text.contains(
-                r#"trainforge_reconcile_duration_seconds_count{controller="trainjob"} 2"#
-            ),
-            "{text}"
+        assert_eq!(
+            at(r#"trainforge_reconcile_errors_total{controller="trainjob",reason="Apply"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            at(r#"trainforge_reconcile_errors_total{controller="plugins",reason="Apply"}"#),
+            None
+        );
+        assert_eq!(
+            at(r#"trainforge_reconcile_duration_seconds_count{controller="trainjob"}"#),
+            Some(2.0)
         );
     }
 
     #[test]
     fn writes_and_noop_resyncs_are_counted() {
         let m = Metrics::new();
-        assert_eq!(m.api_writes_total(), 0);
         m.api_write("apply", "JobSet");
         m.api_write("apply", "JobSet");
         m.api_write("patch-status", "TrainJob");
         m.apply_error("JobSet");
         m.noop_resync();
-        assert_eq!(m.api_writes("apply", "JobSet"), 2);
-        assert_eq!(m.api_writes("patch-status", "TrainJob"), 1);
-        assert_eq!(m.api_writes("apply", "Secret"), 0);
-        assert_eq!(m.api_writes_total(), 3);
-        assert_eq!(m.apply_errors("JobSet"), 1);
-        assert_eq!(m.noop_resyncs(), 1);
         m.jobset_ready(Duration::from_millis(800));
-        assert_eq!(m.jobset_ready_count(), 1);
+        m.set_remembered(7);
         let text = m.encode();
-        assert!(
-            text.contains(r#"trainforge_api_writes_total{verb="apply",kind="JobSet"} 2"#),
+        let at = |series: &str| sample(&text, series);
+        assert_eq!(
+            at(r#"trainforge_api_writes_total{verb="apply",kind="JobSet"}"#),
+            Some(2.0),
             "{text}"
         );
-        assert!(text.contains("trainforge_noop_resyncs_total 1"), "{text}");
-        assert!(
-            text.contains("trainforge_trainjob_create_to_jobset_ready_seconds_count 1"),
-            "{text}"
+        assert_eq!(
+            at(r#"trainforge_api_writes_total{verb="patch-status",kind="TrainJob"}"#),
+            Some(1.0)
         );
+        assert_eq!(
+            at(r#"trainforge_api_writes_total{verb="apply",kind="Secret"}"#),
+            None
+        );
+        assert_eq!(
+            at(r#"trainforge_apply_errors_total{kind="JobSet"}"#),
+            Some(1.0)
+        );
+        assert_eq!(at("trainforge_noop_resyncs_total"), Some(1.0));
+        assert_eq!(
+            at("trainforge_trainjob_create_to_jobset_ready_seconds_count"),
+            Some(1.0)
+        );
+        assert_eq!(at("trainforge_applied_objects_remembered"), Some(7.0));
     }
 
     #[test]
@@ -531,9 +454,6 @@ mod tests {
             Some("Timeout"),
             4096,
         );
-        assert_eq!(m.plugin_calls("mpi", "build"), 1);
-        assert_eq!(m.plugin_failures("mpi", "build", "Timeout"), 1);
-        assert_eq!(m.plugin_memory_high_water("mpi"), 4096);
         m.plugin_call(
             "torch",
             "enforce-ml-policy",
@@ -549,29 +469,62 @@ mod tests {
             1 << 20,
         );
         m.plugin_call("torch", "build", Duration::from_micros(10), None, 3 << 20);
-        assert_eq!(m.plugin_calls("torch", "enforce-ml-policy"), 2);
-        assert_eq!(m.plugin_calls("torch", "build"), 1);
-        assert_eq!(
-            m.plugin_failures("torch", "enforce-ml-policy", "timeout"),
-            1
-        );
-        assert_eq!(m.plugin_failures("torch", "build", "timeout"), 0);
-        // the gauge keeps the maximum, never goes down
-        assert_eq!(m.plugin_memory_high_water("torch"), 3 << 20);
-        assert_eq!(m.plugin_memory_high_water("jax"), 0);
         let text = m.encode();
-        // 40 µs and 60 µs both land in the 64 µs bucket, not in the 16 µs one
-        assert!(
-            text.contains(
-                r#"trainforge_plugin_call_duration_seconds_bucket{le="0.000064",plugin="torch",phase="enforce-ml-policy"} 2"#
-            ) && text.contains(
-                r#"trainforge_plugin_call_duration_seconds_bucket{le="0.000016",plugin="torch",phase="enforce-ml-policy"} 0"#
-            ),
+        let at = |series: &str| sample(&text, series);
+        assert_eq!(
+            at(r#"trainforge_plugin_calls_total{plugin="mpi",phase="build"}"#),
+            Some(1.0),
             "{text}"
         );
-        assert!(
-            text.contains(r#"trainforge_plugin_memory_high_water_bytes{plugin="torch"} 3145728"#),
-            "{text}"
+        assert_eq!(
+            at(r#"trainforge_plugin_failures_total{plugin="mpi",phase="build",reason="Timeout"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            at(r#"trainforge_plugin_memory_high_water_bytes{plugin="mpi"}"#),
+            Some(4096.0)
+        );
+        assert_eq!(
+            at(r#"trainforge_plugin_calls_total{plugin="torch",phase="enforce-ml-policy"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            at(r#"trainforge_plugin_calls_total{plugin="torch",phase="build"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            at(
+                r#"trainforge_plugin_failures_total{plugin="torch",phase="enforce-ml-policy",reason="timeout"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            at(
+                r#"trainforge_plugin_failures_total{plugin="torch",phase="build",reason="timeout"}"#
+            ),
+            None
+        );
+        // the gauge keeps the maximum, never goes down
+        assert_eq!(
+            at(r#"trainforge_plugin_memory_high_water_bytes{plugin="torch"}"#),
+            Some(f64::from(3u32 << 20))
+        );
+        assert_eq!(
+            at(r#"trainforge_plugin_memory_high_water_bytes{plugin="jax"}"#),
+            None
+        );
+        // 40 µs and 60 µs both land in the 64 µs bucket, not in the 16 µs one
+        assert_eq!(
+            at(
+                r#"trainforge_plugin_call_duration_seconds_bucket{le="0.000064",plugin="torch",phase="enforce-ml-policy"}"#
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            at(
+                r#"trainforge_plugin_call_duration_seconds_bucket{le="0.000016",plugin="torch",phase="enforce-ml-policy"}"#
+            ),
+            Some(0.0)
         );
     }
 }

@@ -17,7 +17,7 @@
 //! let stop = shutdown::on_signal()?;
 //! let metrics = Arc::new(Metrics::new());
 //! let readiness = Readiness::new();
-//! let plugins_ready = readiness.register("plugins");
+//! let plugins_ready = readiness.register("plugins", "not loaded yet");
 //! let addr = health::parse_bind_address(":8081")?.expect("enabled");
 //! tokio::spawn(health::serve(addr, metrics.clone(), readiness.clone(), stop.clone()));
 //! let election = leader::LeaderElection::start(
@@ -30,7 +30,7 @@
 //!     _ = stop.cancelled() => {}
 //!     _ = election.acquired() => { /* start controllers; stop them on `stop` or `election.lost()` */ }
 //! }
-//! plugins_ready.set(true);
+//! plugins_ready.set_ready();
 //! election.release().await?; // after the controllers drained
 //! # Ok(()) }
 //! ```
@@ -40,6 +40,6 @@ pub mod leader;
 pub mod metrics;
 pub mod shutdown;
 
-pub use health::{Readiness, ReadyFlag};
+pub use health::{CheckState, Readiness, ReadyFlag};
 pub use leader::{LeaderElection, LeaderOptions};
 pub use metrics::Metrics;

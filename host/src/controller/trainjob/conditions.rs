@@ -1,108 +1,214 @@
-//! TrainJob conditions: `Suspended`, `Complete`, `Failed`, and the active
-//! deadline — pure functions over the status as JSON, so every rule is unit
-//! tested without a cluster.
+//! TrainJob conditions and status: `Suspended`, `Complete`, `Failed`, the
+//! active deadline and the `PluginsReady` extension — pure functions over
+//! the typed [`TrainJobStatus`], so every rule is unit tested without a
+//! cluster.
 //!
 //! Semantics follow `meta.SetStatusCondition`: `lastTransitionTime` moves
 //! only when `status` changes; reason, message and observedGeneration are
 //! always updated.
+//!
+//! `PluginsReady` is the one condition type beyond upstream's three: it is
+//! present, `False` with reason `NoServingPlugins`, only while no plugin set
+//! can serve the TrainJob, and removed as soon as one can, so the status of
+//! a healthy TrainJob is exactly upstream's.
 
+use std::fmt;
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{Map, Value, json};
+use trainforge_api::trainer::v1alpha1::TrainJobStatus;
 use trainforge_api::trainer::v1alpha1::constants::{
     CONDITION_COMPLETE, CONDITION_FAILED, CONDITION_SUSPENDED, MESSAGE_DEADLINE_EXCEEDED,
     MESSAGE_RESUMED, MESSAGE_SUSPENDED, REASON_DEADLINE_EXCEEDED, REASON_RESUMED, REASON_SUSPENDED,
 };
 
-/// An RFC 3339 timestamp at second precision (what the API server stores).
-pub fn rfc3339(t: Timestamp) -> String {
-    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+/// Condition type of the extension: `False` while no plugin set can serve
+/// the TrainJob, absent otherwise.
+pub const CONDITION_PLUGINS_READY: &str = "PluginsReady";
+/// Reason of `PluginsReady=False`.
+pub const REASON_NO_SERVING_PLUGINS: &str = "NoServingPlugins";
+/// The longest `PluginsReady` message kept, in characters.
+const MESSAGE_LIMIT: usize = 4096;
+
+/// The status of a condition. The API stores it as the string `True`,
+/// `False` or `Unknown`; nothing else is a condition status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConditionStatus {
+    /// `True`.
+    True,
+    /// `False`.
+    False,
+    /// `Unknown`.
+    Unknown,
 }
 
-/// The conditions of a status object (empty when absent).
-pub fn conditions(status: &Value) -> &[Value] {
-    status
-        .get("conditions")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default()
+impl ConditionStatus {
+    /// The API string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+
+    /// The status of an API string (`None` for anything else).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "True" => Some(ConditionStatus::True),
+            "False" => Some(ConditionStatus::False),
+            "Unknown" => Some(ConditionStatus::Unknown),
+            _ => None,
+        }
+    }
+
+    /// The status of `condition` (`None` when its string is not one).
+    pub fn of(condition: &Condition) -> Option<Self> {
+        Self::parse(&condition.status)
+    }
+}
+
+impl fmt::Display for ConditionStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a status is refused or cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// The JSON is not a TrainJob status.
+    #[error("not a TrainJob status: {0}")]
+    Parse(#[source] serde_json::Error),
+    /// A condition's status is not `True`, `False` or `Unknown`.
+    #[error("condition {kind:?} has status {status:?} (expected True, False or Unknown)")]
+    ConditionStatus {
+        /// The condition type.
+        kind: String,
+        /// The status found.
+        status: String,
+    },
+    /// The status could not be serialised for the patch.
+    #[error("serialising the status: {0}")]
+    Serialize(#[source] serde_json::Error),
+}
+
+/// Parse a status given as JSON (what the status plugin returns): it must
+/// be a TrainJob status whose conditions all have a valid status.
+pub fn parse_status(value: Value) -> Result<TrainJobStatus, StatusError> {
+    let status: TrainJobStatus = serde_json::from_value(value).map_err(StatusError::Parse)?;
+    if let Some(bad) = conditions(&status)
+        .iter()
+        .find(|c| ConditionStatus::of(c).is_none())
+    {
+        return Err(StatusError::ConditionStatus {
+            kind: bad.type_.clone(),
+            status: bad.status.clone(),
+        });
+    }
+    Ok(status)
+}
+
+/// Now, at second precision (what the API server stores), so that a status
+/// read back compares equal to the one written.
+pub fn now() -> Time {
+    let now = Timestamp::now();
+    Time(Timestamp::from_second(now.as_second()).unwrap_or(now))
+}
+
+/// The conditions of a status (empty when absent).
+pub fn conditions(status: &TrainJobStatus) -> &[Condition] {
+    status.conditions.as_deref().unwrap_or_default()
 }
 
 /// The condition of this type, if present.
-pub fn find<'a>(status: &'a Value, kind: &str) -> Option<&'a Value> {
-    conditions(status)
-        .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
+pub fn find<'a>(status: &'a TrainJobStatus, kind: &str) -> Option<&'a Condition> {
+    conditions(status).iter().find(|c| c.type_ == kind)
+}
+
+/// Whether the condition is present with this status.
+pub fn has(status: &TrainJobStatus, kind: &str, state: ConditionStatus) -> bool {
+    find(status, kind).is_some_and(|c| ConditionStatus::of(c) == Some(state))
 }
 
 /// Whether the condition is present with status `True`.
-pub fn is_true(status: &Value, kind: &str) -> bool {
-    find(status, kind).is_some_and(|c| c.get("status").and_then(Value::as_str) == Some("True"))
+pub fn is_true(status: &TrainJobStatus, kind: &str) -> bool {
+    has(status, kind, ConditionStatus::True)
 }
 
 /// `Complete=True` or `Failed=True`: the job is finished and its objects
 /// are never applied again.
-pub fn is_finished(status: &Value) -> bool {
+pub fn is_finished(status: &TrainJobStatus) -> bool {
     is_true(status, CONDITION_COMPLETE) || is_true(status, CONDITION_FAILED)
 }
 
-/// Set a condition on `status` (an object; created if `null`).
+/// Whether the status has nothing in it (the CRD requires at least one
+/// property, so an empty status is written as no status).
+pub fn is_empty(status: &TrainJobStatus) -> bool {
+    *status == TrainJobStatus::default()
+}
+
+/// Set a condition: add it, or update the one of the same type
+/// (`lastTransitionTime` kept when the status does not change).
 pub fn set(
-    status: &mut Value,
+    status: &mut TrainJobStatus,
     kind: &str,
-    state: bool,
+    state: ConditionStatus,
     reason: &str,
     message: &str,
-    now: Timestamp,
+    now: &Time,
 ) {
-    if !status.is_object() {
-        *status = Value::Object(Map::new());
-    }
-    let new = json!({
-        "type": kind,
-        "status": if state { "True" } else { "False" },
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": rfc3339(now),
-    });
-    let Some(map) = status.as_object_mut() else {
-        return;
+    let new = Condition {
+        type_: kind.to_owned(),
+        status: state.as_str().to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        last_transition_time: now.clone(),
+        observed_generation: None,
     };
-    let list = map
-        .entry("conditions")
-        .or_insert_with(|| Value::Array(Vec::new()));
-    if !list.is_array() {
-        *list = Value::Array(Vec::new());
-    }
-    let Some(list) = list.as_array_mut() else {
-        return;
-    };
-    match list
-        .iter_mut()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
-    {
+    let list = status.conditions.get_or_insert_with(Vec::new);
+    match list.iter_mut().find(|c| c.type_ == kind) {
         None => list.push(new),
         Some(existing) => {
-            let keep_time = existing.get("status") == new.get("status");
-            let time = existing.get("lastTransitionTime").cloned();
-            *existing = new;
-            if let (true, Some(t), Some(m)) = (keep_time, time, existing.as_object_mut()) {
-                m.insert("lastTransitionTime".into(), t);
-            }
+            let time = if existing.status == new.status {
+                existing.last_transition_time.clone()
+            } else {
+                new.last_transition_time.clone()
+            };
+            *existing = Condition {
+                last_transition_time: time,
+                ..new
+            };
         }
     }
 }
 
-/// Step 5 of upstream's reconcile: `spec.suspend=true` ⇒ `Suspended=True`;
+/// Remove the condition of this type; an emptied list goes too. Returns
+/// whether one was removed.
+pub fn remove(status: &mut TrainJobStatus, kind: &str) -> bool {
+    let Some(list) = status.conditions.as_mut() else {
+        return false;
+    };
+    let before = list.len();
+    list.retain(|c| c.type_ != kind);
+    let removed = list.len() != before;
+    if list.is_empty() {
+        status.conditions = None;
+    }
+    removed
+}
+
+/// Suspension: `spec.suspend=true` ⇒ `Suspended=True`;
 /// otherwise a currently suspended job becomes `Suspended=False/Resumed`;
 /// a job never suspended gets no condition.
-pub fn apply_suspend(status: &mut Value, suspend: bool, now: Timestamp) {
+pub fn apply_suspend(status: &mut TrainJobStatus, suspend: bool, now: &Time) {
     if suspend {
         set(
             status,
             CONDITION_SUSPENDED,
-            true,
+            ConditionStatus::True,
             REASON_SUSPENDED,
             MESSAGE_SUSPENDED,
             now,
@@ -111,7 +217,7 @@ pub fn apply_suspend(status: &mut Value, suspend: bool, now: Timestamp) {
         set(
             status,
             CONDITION_SUSPENDED,
-            false,
+            ConditionStatus::False,
             REASON_RESUMED,
             MESSAGE_RESUMED,
             now,
@@ -119,36 +225,41 @@ pub fn apply_suspend(status: &mut Value, suspend: bool, now: Timestamp) {
     }
 }
 
+/// The `PluginsReady` extension: with `problem` (why no plugin set can
+/// serve), `PluginsReady=False/NoServingPlugins` with that message (cut at
+/// 4096 characters); without, no `PluginsReady` condition at all.
+pub fn set_plugins_ready(status: &mut TrainJobStatus, problem: Option<&str>, now: &Time) {
+    match problem {
+        Some(message) => {
+            let message: String = message.chars().take(MESSAGE_LIMIT).collect();
+            set(
+                status,
+                CONDITION_PLUGINS_READY,
+                ConditionStatus::False,
+                REASON_NO_SERVING_PLUGINS,
+                &message,
+                now,
+            );
+        }
+        None => {
+            remove(status, CONDITION_PLUGINS_READY);
+        }
+    }
+}
+
 /// The `Failed/DeadlineExceeded` condition, if the status has it (it is
 /// re-applied over whatever the status plugin computes).
-pub fn deadline_exceeded(status: &Value) -> Option<Value> {
+pub fn deadline_exceeded(status: &TrainJobStatus) -> Option<Condition> {
     find(status, CONDITION_FAILED)
-        .filter(|c| c.get("reason").and_then(Value::as_str) == Some(REASON_DEADLINE_EXCEEDED))
+        .filter(|c| c.reason == REASON_DEADLINE_EXCEEDED)
         .cloned()
 }
 
 /// Put a remembered condition back (replacing the one of the same type).
-pub fn restore(status: &mut Value, condition: Value) {
-    let Some(kind) = condition
-        .get("type")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-    else {
-        return;
-    };
-    if !status.is_object() {
-        *status = Value::Object(Map::new());
-    }
-    let Some(map) = status.as_object_mut() else {
-        return;
-    };
-    let list = map
-        .entry("conditions")
-        .or_insert_with(|| Value::Array(Vec::new()));
-    if let Some(list) = list.as_array_mut() {
-        list.retain(|c| c.get("type").and_then(Value::as_str) != Some(kind.as_str()));
-        list.push(condition);
-    }
+pub fn restore(status: &mut TrainJobStatus, condition: Condition) {
+    let list = status.conditions.get_or_insert_with(Vec::new);
+    list.retain(|c| c.type_ != condition.type_);
+    list.push(condition);
 }
 
 /// What the active deadline asks for.
@@ -162,14 +273,14 @@ pub enum Deadline {
     Exceeded,
 }
 
-/// Step 7 of upstream's reconcile: the clock starts at creation, or at the
+/// The active deadline: the clock starts at creation, or at the
 /// last resume (`Suspended=False` transition), and does not run while the
 /// job is suspended or finished.
 pub fn deadline(
     active_deadline_seconds: Option<i64>,
     suspended: bool,
     created: Option<Timestamp>,
-    status: &Value,
+    status: &TrainJobStatus,
     now: Timestamp,
 ) -> Deadline {
     let Some(ads) = active_deadline_seconds.filter(|s| *s > 0) else {
@@ -179,9 +290,8 @@ pub fn deadline(
         return Deadline::None;
     }
     let resumed = find(status, CONDITION_SUSPENDED)
-        .filter(|c| c.get("status").and_then(Value::as_str) == Some("False"))
-        .and_then(|c| c.get("lastTransitionTime").and_then(Value::as_str))
-        .and_then(|t| t.parse::<Timestamp>().ok());
+        .filter(|c| ConditionStatus::of(c) == Some(ConditionStatus::False))
+        .map(|c| c.last_transition_time.0);
     let Some(start) = resumed.or(created) else {
         return Deadline::None;
     };
@@ -196,11 +306,11 @@ pub fn deadline(
 }
 
 /// Mark the job failed by its deadline.
-pub fn fail_deadline(status: &mut Value, now: Timestamp) {
+pub fn fail_deadline(status: &mut TrainJobStatus, now: &Time) {
     set(
         status,
         CONDITION_FAILED,
-        true,
+        ConditionStatus::True,
         REASON_DEADLINE_EXCEEDED,
         MESSAGE_DEADLINE_EXCEEDED,
         now,
@@ -212,111 +322,201 @@ pub fn fail_deadline(status: &mut Value, now: Timestamp) {
 pub struct Transition {
     /// Condition type.
     pub kind: String,
-    /// New status (`True`/`False`).
-    pub status: String,
+    /// New status.
+    pub status: ConditionStatus,
     /// Its reason.
     pub reason: String,
     /// Its message.
     pub message: String,
 }
 
-/// Conditions whose status or reason changed from `old` to `new`.
-pub fn transitions(old: &Value, new: &Value) -> Vec<Transition> {
+/// Conditions whose status or reason changed from `old` to `new` (a
+/// condition whose status string is not a condition status is no
+/// transition).
+pub fn transitions(old: &TrainJobStatus, new: &TrainJobStatus) -> Vec<Transition> {
     conditions(new)
         .iter()
+        .filter(|c| {
+            find(old, &c.type_).is_none_or(|b| b.status != c.status || b.reason != c.reason)
+        })
         .filter_map(|c| {
-            let s = |k: &str| {
-                c.get(k)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned()
-            };
-            let kind = s("type");
-            let before = find(old, &kind);
-            let same = before.is_some_and(|b| {
-                b.get("status") == c.get("status") && b.get("reason") == c.get("reason")
-            });
-            (!same).then(|| Transition {
-                kind,
-                status: s("status"),
-                reason: s("reason"),
-                message: s("message"),
+            Some(Transition {
+                kind: c.type_.clone(),
+                status: ConditionStatus::of(c)?,
+                reason: c.reason.clone(),
+                message: c.message.clone(),
             })
         })
         .collect()
 }
 
-/// A JSON merge patch turning the status `old` into `new` at the top level
-/// (`conditions` and `jobsStatus` are replaced whole; removed keys are `null`).
-pub fn status_patch(old: &Value, new: &Value) -> Value {
-    if new.as_object().is_none_or(|m| m.is_empty()) {
-        return json!({ "status": null });
+/// The JSON merge patch (RFC 7386) of the status subresource that turns
+/// `old` into `new`, computed from the old status: changed fields at any
+/// depth, lists replaced whole, removed fields `null`. An empty `new` is
+/// written as no status (`{"status": null}`: the CRD refuses an empty one).
+pub fn status_patch(old: &TrainJobStatus, new: &TrainJobStatus) -> Result<Value, StatusError> {
+    if is_empty(new) {
+        return Ok(json!({ "status": null }));
     }
+    let old = serde_json::to_value(old).map_err(StatusError::Serialize)?;
+    let new = serde_json::to_value(new).map_err(StatusError::Serialize)?;
+    Ok(json!({ "status": merge_diff(&old, &new) }))
+}
+
+/// The merge patch from `old` to `new`.
+fn merge_diff(old: &Value, new: &Value) -> Value {
+    let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else {
+        return new.clone();
+    };
     let mut patch = Map::new();
-    let empty = Map::new();
-    let old = old.as_object().unwrap_or(&empty);
-    let new_map = new.as_object().unwrap_or(&empty);
-    for (k, v) in new_map {
-        if old.get(k) != Some(v) {
-            patch.insert(k.clone(), v.clone());
+    for (k, v) in new {
+        match old.get(k) {
+            Some(o) if o == v => {}
+            Some(o) if o.is_object() && v.is_object() => {
+                patch.insert(k.clone(), merge_diff(o, v));
+            }
+            _ => {
+                patch.insert(k.clone(), v.clone());
+            }
         }
     }
-    for k in old.keys() {
-        if !new_map.contains_key(k) {
-            patch.insert(k.clone(), Value::Null);
-        }
+    for k in old.keys().filter(|k| !new.contains_key(*k)) {
+        patch.insert(k.clone(), Value::Null);
     }
-    json!({ "status": patch })
+    Value::Object(patch)
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
     use pretty_assertions::assert_eq;
+    use trainforge_api::trainer::v1alpha1::{JobStatus, TrainerStatus};
 
-    fn t(s: &str) -> Timestamp {
-        s.parse().unwrap()
+    fn t(s: &str) -> Time {
+        Time(s.parse().unwrap())
+    }
+
+    fn status(v: Value) -> TrainJobStatus {
+        parse_status(v).unwrap()
     }
 
     #[test]
     fn suspend_then_resume_keeps_upstream_reasons_and_times() {
-        let mut s = Value::Null;
-        apply_suspend(&mut s, false, t("2026-01-01T00:00:00Z"));
-        assert_eq!(s, Value::Null, "a job never suspended gets no condition");
-        apply_suspend(&mut s, true, t("2026-01-01T00:00:00Z"));
-        apply_suspend(&mut s, true, t("2026-01-01T00:05:00Z"));
+        let mut s = TrainJobStatus::default();
+        apply_suspend(&mut s, false, &t("2026-01-01T00:00:00Z"));
+        assert!(is_empty(&s), "a job never suspended gets no condition");
+        apply_suspend(&mut s, true, &t("2026-01-01T00:00:00Z"));
+        apply_suspend(&mut s, true, &t("2026-01-01T00:05:00Z"));
         assert_eq!(
             s,
-            json!({"conditions": [{"type": "Suspended", "status": "True", "reason": "Suspended",
+            status(
+                json!({"conditions": [{"type": "Suspended", "status": "True", "reason": "Suspended",
                 "message": "TrainJob is suspended", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+            )
         );
-        apply_suspend(&mut s, false, t("2026-01-01T00:10:00Z"));
+        apply_suspend(&mut s, false, &t("2026-01-01T00:10:00Z"));
         assert_eq!(
-            find(&s, "Suspended").unwrap(),
-            &json!({"type": "Suspended", "status": "False", "reason": "Resumed",
+            serde_json::to_value(find(&s, "Suspended").unwrap()).unwrap(),
+            json!({"type": "Suspended", "status": "False", "reason": "Resumed",
                 "message": "TrainJob is resumed", "lastTransitionTime": "2026-01-01T00:10:00Z"})
         );
-        apply_suspend(&mut s, false, t("2026-01-01T00:20:00Z"));
+        apply_suspend(&mut s, false, &t("2026-01-01T00:20:00Z"));
         assert_eq!(
-            find(&s, "Suspended").unwrap()["lastTransitionTime"],
-            "2026-01-01T00:10:00Z"
+            find(&s, "Suspended").unwrap().last_transition_time,
+            t("2026-01-01T00:10:00Z")
         );
     }
 
     #[test]
+    fn set_keeps_the_time_while_the_status_holds_and_updates_the_rest() {
+        let mut s = TrainJobStatus::default();
+        set(
+            &mut s,
+            "X",
+            ConditionStatus::False,
+            "A",
+            "first",
+            &t("2026-01-01T00:00:00Z"),
+        );
+        set(
+            &mut s,
+            "X",
+            ConditionStatus::False,
+            "B",
+            "second",
+            &t("2026-01-01T00:01:00Z"),
+        );
+        let c = find(&s, "X").unwrap();
+        assert_eq!((c.reason.as_str(), c.message.as_str()), ("B", "second"));
+        assert_eq!(c.last_transition_time, t("2026-01-01T00:00:00Z"));
+        set(
+            &mut s,
+            "X",
+            ConditionStatus::Unknown,
+            "C",
+            "",
+            &t("2026-01-01T00:02:00Z"),
+        );
+        assert_eq!(
+            find(&s, "X").unwrap().last_transition_time,
+            t("2026-01-01T00:02:00Z")
+        );
+        assert!(has(&s, "X", ConditionStatus::Unknown));
+        assert_eq!(conditions(&s).len(), 1);
+    }
+
+    #[test]
+    fn plugins_ready_is_present_only_while_the_problem_lasts() {
+        let now = t("2026-01-01T00:00:00Z");
+        let mut s = status(
+            json!({"jobsStatus": [{"name": "node", "ready": 0, "succeeded": 0,
+            "failed": 0, "active": 1, "suspended": 0}]}),
+        );
+        let healthy = s.clone();
+        set_plugins_ready(&mut s, None, &now);
+        assert_eq!(s, healthy, "a healthy status is left exactly as it was");
+
+        set_plugins_ready(&mut s, Some("no plugin in service calls build"), &now);
+        let c = find(&s, CONDITION_PLUGINS_READY).unwrap();
+        assert_eq!(ConditionStatus::of(c), Some(ConditionStatus::False));
+        assert_eq!(c.reason, REASON_NO_SERVING_PLUGINS);
+        assert_eq!(c.message, "no plugin in service calls build");
+        assert!(!is_finished(&s));
+
+        set_plugins_ready(&mut s, None, &t("2026-01-01T00:05:00Z"));
+        assert_eq!(s, healthy, "the condition (and the emptied list) is gone");
+
+        let mut fresh = TrainJobStatus::default();
+        set_plugins_ready(&mut fresh, Some(&"y".repeat(10_000)), &now);
+        assert_eq!(
+            find(&fresh, CONDITION_PLUGINS_READY)
+                .unwrap()
+                .message
+                .chars()
+                .count(),
+            MESSAGE_LIMIT
+        );
+        set_plugins_ready(&mut fresh, None, &now);
+        assert!(is_empty(&fresh));
+    }
+
+    #[test]
     fn deadline_runs_from_creation_or_resume_and_not_while_suspended() {
-        let created = Some(t("2026-01-01T00:00:00Z"));
-        let none = Value::Null;
+        let ts = |s: &str| t(s).0;
+        let created = Some(ts("2026-01-01T00:00:00Z"));
+        let none = TrainJobStatus::default();
         assert_eq!(
-            deadline(None, false, created, &none, t("2030-01-01T00:00:00Z")),
+            deadline(None, false, created, &none, ts("2030-01-01T00:00:00Z")),
             Deadline::None
         );
         assert_eq!(
-            deadline(Some(0), false, created, &none, t("2030-01-01T00:00:00Z")),
+            deadline(Some(0), false, created, &none, ts("2030-01-01T00:00:00Z")),
             Deadline::None
         );
         assert_eq!(
-            deadline(Some(60), false, created, &none, t("2026-01-01T00:00:30Z")),
+            deadline(Some(60), false, created, &none, ts("2026-01-01T00:00:30Z")),
             Deadline::Remaining(Duration::from_secs(30))
         );
         assert_eq!(
@@ -325,77 +525,164 @@ mod tests {
                 false,
                 created,
                 &none,
-                t("2026-01-01T00:00:59.900Z")
+                ts("2026-01-01T00:00:59.900Z")
             ),
             Deadline::Remaining(Duration::from_secs(1)),
             "at least one second"
         );
         assert_eq!(
-            deadline(Some(60), false, created, &none, t("2026-01-01T00:01:01Z")),
+            deadline(Some(60), false, created, &none, ts("2026-01-01T00:01:01Z")),
             Deadline::Exceeded
         );
         assert_eq!(
-            deadline(Some(60), true, created, &none, t("2026-01-01T00:01:01Z")),
+            deadline(Some(60), true, created, &none, ts("2026-01-01T00:01:01Z")),
             Deadline::None
         );
-        let resumed = json!({"conditions": [{"type": "Suspended", "status": "False", "reason": "Resumed",
-            "lastTransitionTime": "2026-01-01T00:01:00Z"}]});
+        let resumed = status(
+            json!({"conditions": [{"type": "Suspended", "status": "False",
+            "reason": "Resumed", "message": "", "lastTransitionTime": "2026-01-01T00:01:00Z"}]}),
+        );
         assert_eq!(
             deadline(
                 Some(60),
                 false,
                 created,
                 &resumed,
-                t("2026-01-01T00:01:30Z")
+                ts("2026-01-01T00:01:30Z")
             ),
             Deadline::Remaining(Duration::from_secs(30)),
             "resuming resets the clock"
         );
-        let mut done = Value::Null;
-        fail_deadline(&mut done, t("2026-01-01T00:02:00Z"));
+        let mut done = TrainJobStatus::default();
+        fail_deadline(&mut done, &t("2026-01-01T00:02:00Z"));
         assert_eq!(
-            deadline(Some(60), false, created, &done, t("2026-01-01T00:03:00Z")),
+            deadline(Some(60), false, created, &done, ts("2026-01-01T00:03:00Z")),
             Deadline::None
         );
         assert!(is_finished(&done));
-        assert_eq!(
-            deadline_exceeded(&done).unwrap()["reason"],
-            "DeadlineExceeded"
-        );
+        assert_eq!(deadline_exceeded(&done).unwrap().reason, "DeadlineExceeded");
     }
 
     #[test]
     fn restore_replaces_the_condition_of_the_same_type() {
-        let mut s = json!({"conditions": [{"type": "Failed", "status": "False", "reason": "x"}]});
-        restore(
-            &mut s,
-            json!({"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}),
-        );
+        let mut s = status(json!({"conditions": [{"type": "Failed", "status": "False",
+            "reason": "x", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}));
+        let mut remembered = TrainJobStatus::default();
+        fail_deadline(&mut remembered, &t("2026-01-01T00:01:00Z"));
+        restore(&mut s, deadline_exceeded(&remembered).unwrap());
         assert_eq!(conditions(&s).len(), 1);
         assert!(is_true(&s, "Failed"));
     }
 
     #[test]
+    fn the_status_plugin_output_must_be_a_status() {
+        assert!(matches!(
+            parse_status(json!({"conditions": "nope"})),
+            Err(StatusError::Parse(_))
+        ));
+        assert!(
+            matches!(
+                parse_status(json!({"conditions": [{"type": "Complete", "status": "True",
+                "reason": "r", "message": "m"}]})),
+                Err(StatusError::Parse(_))
+            ),
+            "lastTransitionTime is required"
+        );
+        let err = parse_status(json!({"conditions": [{"type": "Complete", "status": "true",
+            "reason": "r", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"condition "Complete" has status "true" (expected True, False or Unknown)"#
+        );
+        assert_eq!(parse_status(json!({})).unwrap(), TrainJobStatus::default());
+    }
+
+    #[test]
     fn transitions_and_patch() {
-        let old = json!({"conditions": [{"type": "Suspended", "status": "True", "reason": "Suspended"}],
-            "jobsStatus": [{"name": "node"}]});
-        let new = json!({"conditions": [
-            {"type": "Suspended", "status": "False", "reason": "Resumed", "message": "TrainJob is resumed"},
-            {"type": "Complete", "status": "True", "reason": "AllJobsCompleted", "message": "done"}]});
+        let old = status(
+            json!({"conditions": [{"type": "Suspended", "status": "True",
+            "reason": "Suspended", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "jobsStatus": [{"name": "node", "ready": 0, "succeeded": 0, "failed": 0, "active": 0,
+            "suspended": 1}]}),
+        );
+        let new = status(json!({"conditions": [
+            {"type": "Suspended", "status": "False", "reason": "Resumed",
+             "message": "TrainJob is resumed", "lastTransitionTime": "2026-01-01T00:01:00Z"},
+            {"type": "Complete", "status": "True", "reason": "AllJobsCompleted",
+             "message": "done", "lastTransitionTime": "2026-01-01T00:02:00Z"}]}));
         let tr = transitions(&old, &new);
         assert_eq!(
-            tr.iter().map(|t| t.reason.as_str()).collect::<Vec<_>>(),
-            ["Resumed", "AllJobsCompleted"]
+            tr.iter()
+                .map(|t| (t.reason.as_str(), t.status))
+                .collect::<Vec<_>>(),
+            [
+                ("Resumed", ConditionStatus::False),
+                ("AllJobsCompleted", ConditionStatus::True)
+            ]
         );
         assert!(transitions(&new, &new).is_empty());
         assert_eq!(
-            status_patch(&old, &new),
-            json!({"status": {"conditions": new["conditions"], "jobsStatus": null}})
+            status_patch(&old, &new).unwrap(),
+            json!({"status": {
+                "conditions": serde_json::to_value(&new.conditions).unwrap(),
+                "jobsStatus": null}})
         );
         assert_eq!(
-            status_patch(&old, &json!({})),
+            status_patch(&old, &TrainJobStatus::default()).unwrap(),
             json!({"status": null}),
             "no empty status object"
         );
+    }
+
+    #[test]
+    fn the_patch_is_a_merge_patch_at_every_depth() {
+        let time = t("2026-01-01T00:00:00Z");
+        let old = TrainJobStatus {
+            trainer_status: Some(TrainerStatus {
+                progress_percentage: Some(10),
+                estimated_remaining_seconds: Some(60),
+                metrics: None,
+                last_updated_time: Some(time.clone()),
+            }),
+            jobs_status: Some(vec![JobStatus {
+                name: "node".into(),
+                ..JobStatus::default()
+            }]),
+            ..TrainJobStatus::default()
+        };
+        let mut new = old.clone();
+        if let Some(ts) = new.trainer_status.as_mut() {
+            ts.progress_percentage = Some(50);
+            ts.estimated_remaining_seconds = None;
+        }
+        assert_eq!(
+            status_patch(&old, &new).unwrap(),
+            json!({"status": {"trainerStatus": {
+                "progressPercentage": 50, "estimatedRemainingSeconds": null}}}),
+            "only what changed, a removed field as null"
+        );
+        assert_eq!(
+            status_patch(&TrainJobStatus::default(), &old).unwrap(),
+            json!({"status": serde_json::to_value(&old).unwrap()})
+        );
+        assert_eq!(
+            status_patch(&old, &old).unwrap(),
+            json!({"status": {}}),
+            "equal statuses patch nothing"
+        );
+    }
+
+    #[test]
+    fn condition_statuses_round_trip() {
+        for s in [
+            ConditionStatus::True,
+            ConditionStatus::False,
+            ConditionStatus::Unknown,
+        ] {
+            assert_eq!(ConditionStatus::parse(s.as_str()), Some(s));
+            assert_eq!(s.to_string(), s.as_str());
+        }
+        assert_eq!(ConditionStatus::parse("true"), None);
     }
 }

@@ -2,7 +2,8 @@
 //! `trainer-trainjob-controller`): upstream's
 //! `TrainJobResourcesCreationFailed`, plus one Event per important
 //! transition (JobSet created, suspended, resumed, complete, failed,
-//! deadline exceeded, unsupported or missing runtime).
+//! deadline exceeded, unsupported or missing runtime, no plugin set that
+//! can serve).
 
 use kube::Resource;
 use kube::runtime::events::{Event, EventType};
@@ -10,21 +11,34 @@ use tracing::warn;
 use trainforge_api::trainer::v1alpha1::TrainJob;
 
 use super::Context;
-use super::conditions::Transition;
+use super::conditions::{CONDITION_PLUGINS_READY, ConditionStatus, Transition};
 
 /// Upstream's reason for any failure to build or apply a TrainJob's objects.
 pub const REASON_CREATION_FAILED: &str = "TrainJobResourcesCreationFailed";
 /// Upstream's action for it.
 pub const ACTION_RECONCILING: &str = "Reconciling";
-/// Upstream truncates the error in the note to this many characters.
+/// Upstream truncates the error in the note to this many characters (an
+/// Event note must stay under 1 KiB).
 const NOTE_LIMIT: usize = 950;
+
+/// `text` cut at 950 characters, with ` ...` appended when cut.
+fn bounded(text: &str) -> String {
+    let mut chars = text.chars();
+    let cut: String = chars.by_ref().take(NOTE_LIMIT).collect();
+    if chars.next().is_some() {
+        format!("{cut} ...")
+    } else {
+        cut
+    }
+}
 
 /// Upstream's note: `TrainJob resources reconciliation failed: <err>` with
 /// the error cut at 950 characters (and ` ...` appended).
 pub fn creation_failed_note(error: &str) -> String {
-    let cut: String = error.chars().take(NOTE_LIMIT).collect();
-    let more = if cut.len() < error.len() { " ..." } else { "" };
-    format!("TrainJob resources reconciliation failed: {cut}{more}")
+    format!(
+        "TrainJob resources reconciliation failed: {}",
+        bounded(error)
+    )
 }
 
 /// Publish an Event; failures are logged, never fatal. Returns whether it
@@ -60,20 +74,34 @@ pub async fn publish(
     }
 }
 
-/// The Event for a condition transition, if it is one users care about.
+/// The Event for a condition transition, if it is one users care about:
+/// `(warning, reason, note)`.
 pub fn for_transition(t: &Transition) -> Option<(bool, String, String)> {
     let note = |fallback: &str| {
         if t.message.is_empty() {
             fallback.to_owned()
         } else {
-            t.message.clone()
+            bounded(&t.message)
         }
     };
-    match (t.kind.as_str(), t.status.as_str()) {
-        ("Suspended", "True") => Some((false, "Suspended".into(), note("TrainJob is suspended"))),
-        ("Suspended", "False") => Some((false, "Resumed".into(), note("TrainJob is resumed"))),
-        ("Complete", "True") => Some((false, "Completed".into(), note("TrainJob completed"))),
-        ("Failed", "True") => Some((true, t.reason.clone(), note("TrainJob failed"))),
+    match (t.kind.as_str(), t.status) {
+        ("Suspended", ConditionStatus::True) => {
+            Some((false, "Suspended".into(), note("TrainJob is suspended")))
+        }
+        ("Suspended", ConditionStatus::False) => {
+            Some((false, "Resumed".into(), note("TrainJob is resumed")))
+        }
+        ("Complete", ConditionStatus::True) => {
+            Some((false, "Completed".into(), note("TrainJob completed")))
+        }
+        ("Failed", ConditionStatus::True) => {
+            Some((true, t.reason.clone(), note("TrainJob failed")))
+        }
+        (CONDITION_PLUGINS_READY, ConditionStatus::False) => Some((
+            true,
+            t.reason.clone(),
+            note("no plugin set can serve TrainJobs"),
+        )),
         _ => None,
     }
 }
@@ -98,29 +126,71 @@ mod tests {
     }
 
     #[test]
+    fn notes_are_cut_on_characters() {
+        let wide = "é".repeat(951);
+        let note = creation_failed_note(&wide);
+        assert!(note.ends_with("é ..."), "{note}");
+        assert_eq!(
+            creation_failed_note(&"é".repeat(950)),
+            format!(
+                "TrainJob resources reconciliation failed: {}",
+                "é".repeat(950)
+            ),
+            "exactly at the limit: not cut"
+        );
+    }
+
+    #[test]
     fn transitions_worth_an_event() {
-        let t = |kind: &str, status: &str, reason: &str| Transition {
+        let t = |kind: &str, status: ConditionStatus, reason: &str| Transition {
             kind: kind.into(),
-            status: status.into(),
+            status,
             reason: reason.into(),
             message: String::new(),
         };
         assert_eq!(
-            for_transition(&t("Failed", "True", "DeadlineExceeded"))
+            for_transition(&t("Failed", ConditionStatus::True, "DeadlineExceeded"))
                 .unwrap()
                 .1,
             "DeadlineExceeded"
         );
         assert!(
-            for_transition(&t("Failed", "True", "x")).unwrap().0,
+            for_transition(&t("Failed", ConditionStatus::True, "x"))
+                .unwrap()
+                .0,
             "failures are warnings"
         );
         assert_eq!(
-            for_transition(&t("Suspended", "False", "Resumed"))
+            for_transition(&t("Suspended", ConditionStatus::False, "Resumed"))
                 .unwrap()
                 .1,
             "Resumed"
         );
-        assert!(for_transition(&t("Complete", "False", "x")).is_none());
+        assert!(for_transition(&t("Complete", ConditionStatus::False, "x")).is_none());
+        assert!(for_transition(&t("Complete", ConditionStatus::Unknown, "x")).is_none());
+    }
+
+    #[test]
+    fn no_serving_plugins_is_a_warning_naming_them() {
+        let mut tr = Transition {
+            kind: CONDITION_PLUGINS_READY.into(),
+            status: ConditionStatus::False,
+            reason: "NoServingPlugins".into(),
+            message: "no plugin in service calls build; ClusterTrainerPlugins not serving: jobset (DigestMismatch: x)".into(),
+        };
+        let (warning, reason, note) = for_transition(&tr).unwrap();
+        assert!(warning);
+        assert_eq!(reason, "NoServingPlugins");
+        assert!(note.contains("jobset (DigestMismatch: x)"), "{note}");
+        tr.message = "z".repeat(5000);
+        assert_eq!(
+            for_transition(&tr).unwrap().2.chars().count(),
+            NOTE_LIMIT + 4
+        );
+        tr.status = ConditionStatus::True;
+        assert!(
+            for_transition(&tr).is_none(),
+            "only the problem is an Event"
+        );
     }
 }

@@ -3,25 +3,30 @@
 //! For each TrainJob ([`reconcile`](reconcile::reconcile)):
 //! 1. `managedBy` someone else → leave it alone;
 //! 2. resolve the runtime through its snapshot ([`snapshot`]);
-//! 3. unless the job has finished, run the pure [`pipeline`](crate::pipeline)
-//!    with the plugin set in service and server-side apply every object
-//!    ([`apply`]; manager `trainer`, force; unchanged objects are not written);
+//! 3. unless the job has finished, build the objects with the pure
+//!    [`pipeline`](crate::pipeline) and the plugin set in service — only if
+//!    the set can serve TrainJobs ([`serving`]) — and server-side apply
+//!    every object ([`apply`]; manager `trainer`, force; unchanged objects
+//!    are not written);
 //! 4. conditions (`Suspended`, the status plugin's `Complete`/`Failed` and
-//!    `jobsStatus`, the active deadline — [`conditions`]) written through the
-//!    status subresource only when they changed;
+//!    `jobsStatus`, the active deadline, `PluginsReady` — [`conditions`])
+//!    written through the status subresource only when they changed;
 //! 5. Events for the important transitions ([`events`]).
 //!
 //! Child objects of every kind the plugins declared are watched
-//! ([`objects`]) and map back to their controlling TrainJob.
+//! ([`objects`]) and map back to their controlling TrainJob. A TrainJob
+//! that found no plugin set able to serve it is reconciled again as soon as
+//! the set in service changes to one that can.
 
 pub mod apply;
 pub mod conditions;
 pub mod events;
 pub mod objects;
 pub mod reconcile;
+pub mod serving;
 pub mod snapshot;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,7 +37,8 @@ use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use trainforge_api::trainer::v1alpha1::TrainJob;
@@ -42,6 +48,7 @@ use crate::plugin::PluginSet;
 
 pub use objects::ObjectCache;
 pub use reconcile::ReconcileError;
+pub use serving::NotServing;
 
 /// The controller's name (metrics label, logs).
 pub const CONTROLLER_NAME: &str = "trainjob_controller";
@@ -53,9 +60,20 @@ pub const EVENT_REPORTER: &str = "trainer-trainjob-controller";
 pub trait Plugins: Send + Sync {
     /// The set in service now.
     fn current(&self) -> Arc<PluginSet>;
+
+    /// Why `set` (as taken from [`Plugins::current`]) cannot serve
+    /// TrainJobs, naming the configured plugins that are not serving;
+    /// `None` when it can ([`serving::can_serve`]).
+    fn not_serving(&self, set: &PluginSet) -> Option<NotServing>;
+
+    /// A receiver that changes whenever the set in service changes; `None`
+    /// when the set never changes.
+    fn changes(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
 }
 
-/// A fixed plugin set (tests, or an operator run without plugin CRs).
+/// A fixed plugin set: the builtin plugins (`--builtin-plugins`).
 #[derive(Debug, Clone)]
 pub struct FixedPlugins(pub Arc<PluginSet>);
 
@@ -63,7 +81,16 @@ impl Plugins for FixedPlugins {
     fn current(&self) -> Arc<PluginSet> {
         self.0.clone()
     }
+
+    fn not_serving(&self, set: &PluginSet) -> Option<NotServing> {
+        serving::check_fixed(set)
+    }
 }
+
+/// How long a TrainJob waits, at most, before it retries a reconcile that
+/// found no plugin set able to serve it (a change of the set wakes it
+/// sooner).
+pub const NO_PLUGINS_RETRY: Duration = Duration::from_secs(30);
 
 /// Tunables of the TrainJob controller.
 #[derive(Debug, Clone)]
@@ -102,6 +129,9 @@ pub struct Context {
     pub memo: apply::AppliedMemo,
     /// Consecutive failures per TrainJob, for the retry backoff.
     failures: Mutex<HashMap<ObjectRef<TrainJob>, u32>>,
+    /// TrainJobs whose last reconcile found no plugin set able to serve
+    /// them: reconciled again when the set changes to one that can.
+    waiting: Mutex<HashSet<ObjectRef<TrainJob>>>,
     /// Tunables.
     pub settings: Settings,
 }
@@ -131,6 +161,7 @@ impl Context {
             recorder,
             memo: apply::AppliedMemo::default(),
             failures: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(HashSet::new()),
             settings,
         }
     }
@@ -154,6 +185,30 @@ impl Context {
         if let Ok(mut f) = self.failures.lock() {
             f.remove(&ObjectRef::from_obj(job));
         }
+        if let Ok(mut w) = self.waiting.lock() {
+            w.remove(&ObjectRef::from_obj(job));
+        }
+    }
+
+    /// Remember that `job` waits for a plugin set that can serve it.
+    fn wait_for_plugins(&self, job: &TrainJob) {
+        if let Ok(mut w) = self.waiting.lock() {
+            w.insert(ObjectRef::from_obj(job));
+        }
+    }
+
+    /// The TrainJobs waiting for a plugin set, forgotten (they are about to
+    /// be reconciled).
+    fn take_waiting(&self) -> Vec<ObjectRef<TrainJob>> {
+        self.waiting
+            .lock()
+            .map(|mut w| w.drain().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether the set in service can serve TrainJobs now.
+    fn plugins_can_serve(&self) -> bool {
+        self.plugins.not_serving(&self.plugins.current()).is_none()
     }
 
     /// Drop what is remembered about objects and TrainJobs that are gone:
@@ -168,6 +223,9 @@ impl Context {
             f.retain(|r, _| trainjob_exists(r));
             before - f.len()
         });
+        if let Ok(mut w) = self.waiting.lock() {
+            w.retain(|r| trainjob_exists(r));
+        }
         let remembered = self.memo.len();
         self.metrics.set_remembered(remembered);
         if objects + failures > 0 {
@@ -197,9 +255,78 @@ async fn prune_periodically(
 }
 
 fn error_policy(job: Arc<TrainJob>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
-    let wait = ctx.backoff(&job);
-    warn!(trainjob = %ObjectRef::from_obj(job.as_ref()), %error, retry_in = ?wait, "reconcile failed");
+    let mut wait = ctx.backoff(&job);
+    if let ReconcileError::NoServingPlugins(_) = error {
+        // Registered before looking at the set again, so a swap between the
+        // reconcile and now is never missed.
+        ctx.wait_for_plugins(&job);
+        wait = if ctx.plugins_can_serve() {
+            Duration::from_millis(100)
+        } else {
+            wait.min(NO_PLUGINS_RETRY)
+        };
+    }
+    warn!(trainjob = %ObjectRef::from_obj(job.as_ref()), step = error.reason(), %error, retry_in = ?wait, "reconcile failed");
     Action::requeue(wait)
+}
+
+/// How long the set in service must stay unchanged before the TrainJobs
+/// waiting for it are woken: several `ClusterTrainerPlugin`s applied at once
+/// swap the set once each, and a woken TrainJob should be built with all of
+/// them, not with the first that could serve.
+pub const WAKE_SETTLE: Duration = Duration::from_secs(2);
+
+/// The longest a burst of swaps delays the wake-up.
+const WAKE_SETTLE_MAX: Duration = Duration::from_secs(10);
+
+/// Until `shutdown`: each time the set in service changes and then stays
+/// unchanged for `settle` (at most [`WAKE_SETTLE_MAX`] after the first
+/// change), if it can serve TrainJobs, send the TrainJobs waiting for it to
+/// `wake`.
+async fn wake_waiting(
+    ctx: Arc<Context>,
+    mut changes: watch::Receiver<u64>,
+    wake: UnboundedSender<ObjectRef<TrainJob>>,
+    settle: Duration,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = changes.changed() => if changed.is_err() { return },
+        }
+        let latest = tokio::time::Instant::now() + WAKE_SETTLE_MAX;
+        loop {
+            let quiet = tokio::time::sleep(settle);
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    if tokio::time::Instant::now() < latest {
+                        continue;
+                    }
+                }
+                _ = quiet => {}
+            }
+            break;
+        }
+        if ctx.plugins_can_serve() {
+            let woken = ctx.take_waiting();
+            if !woken.is_empty() {
+                info!(
+                    trainjobs = woken.len(),
+                    "the plugin set in service can serve TrainJobs again: reconciling those that waited"
+                );
+            }
+            for r in woken {
+                if wake.send(r).is_err() {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// Run the TrainJob controller until `shutdown`. `triggers` carries the
@@ -213,9 +340,20 @@ pub async fn run(
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    let triggers = futures::stream::unfold(triggers, |mut rx| async move {
-        rx.recv().await.map(|r| (r, rx))
+    let receive = |rx: UnboundedReceiver<ObjectRef<TrainJob>>| {
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) })
+    };
+    let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel();
+    let waker = ctx.plugins.changes().map(|changes| {
+        tokio::spawn(wake_waiting(
+            ctx.clone(),
+            changes,
+            wake_tx,
+            WAKE_SETTLE,
+            shutdown.clone(),
+        ))
     });
+    let triggers = futures::stream::select(receive(triggers), receive(wake_rx));
     let config = ControllerConfig::default().concurrency(ctx.settings.concurrency);
     info!(
         concurrency = ctx.settings.concurrency,
@@ -234,5 +372,143 @@ pub async fn run(
         .for_each(|_| futures::future::ready(()))
         .await;
     pruner.abort();
+    if let Some(w) = waker {
+        w.abort();
+    }
     info!("TrainJob controller stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use trainforge_api::trainer::v1alpha1::TrainJobSpec;
+
+    /// A plugin set that tests swap by hand.
+    struct Switch {
+        set: Mutex<Arc<PluginSet>>,
+        swaps: watch::Sender<u64>,
+    }
+
+    impl Switch {
+        fn swap(&self, set: PluginSet) {
+            *self.set.lock().unwrap() = Arc::new(set);
+            self.swaps.send_modify(|g| *g += 1);
+        }
+    }
+
+    impl Plugins for Switch {
+        fn current(&self) -> Arc<PluginSet> {
+            self.set.lock().unwrap().clone()
+        }
+
+        fn not_serving(&self, set: &PluginSet) -> Option<NotServing> {
+            serving::check_fixed(set)
+        }
+
+        fn changes(&self) -> Option<watch::Receiver<u64>> {
+            Some(self.swaps.subscribe())
+        }
+    }
+
+    /// A context with an empty set; the client points nowhere (nothing here
+    /// talks to an API server).
+    fn context() -> (Arc<Context>, Arc<Switch>) {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let switch = Arc::new(Switch {
+            set: Mutex::new(Arc::new(PluginSet::default())),
+            swaps: watch::channel(0).0,
+        });
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let ctx = Context::new(
+            client.clone(),
+            switch.clone(),
+            Arc::new(ObjectCache::new(client, tx)),
+            Arc::new(Metrics::new()),
+            None,
+            Settings::default(),
+        );
+        (Arc::new(ctx), switch)
+    }
+
+    fn job(name: &str) -> TrainJob {
+        let mut j = TrainJob::new(name, TrainJobSpec::default());
+        j.metadata.namespace = Some("ns".into());
+        j
+    }
+
+    fn no_plugins() -> ReconcileError {
+        ReconcileError::NoServingPlugins(serving::check_fixed(&PluginSet::default()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_set_that_can_serve_wakes_the_trainjobs_that_waited() {
+        let (ctx, switch) = context();
+        let (waiting, other) = (job("waits"), job("other"));
+        let _ = error_policy(Arc::new(waiting.clone()), &no_plugins(), ctx.clone());
+        let (tx, mut woken) = tokio::sync::mpsc::unbounded_channel();
+        let stop = CancellationToken::new();
+        let settle = Duration::from_millis(200);
+        let task = tokio::spawn(wake_waiting(
+            ctx.clone(),
+            switch.changes().unwrap(),
+            tx,
+            settle,
+            stop.clone(),
+        ));
+
+        // A new set that still cannot serve wakes nobody.
+        switch.swap(PluginSet::default());
+        let nothing = tokio::time::timeout(settle * 3, woken.recv()).await;
+        assert!(nothing.is_err(), "woken by a set that cannot serve");
+
+        // A burst of swaps ending in a set that can serve wakes exactly the
+        // job that waited, once, after the burst.
+        let burst = std::time::Instant::now();
+        switch.swap(serving::jobset_set());
+        for _ in 0..3 {
+            tokio::time::sleep(settle / 2).await;
+            switch.swap(serving::jobset_set());
+        }
+        let first = tokio::time::timeout(Duration::from_secs(5), woken.recv())
+            .await
+            .unwrap();
+        assert!(
+            burst.elapsed() >= settle / 2 * 3 + settle,
+            "woken before the set settled: {:?}",
+            burst.elapsed()
+        );
+        assert_eq!(first, Some(ObjectRef::from_obj(&waiting)));
+        assert_ne!(first, Some(ObjectRef::from_obj(&other)));
+        assert!(ctx.take_waiting().is_empty(), "forgotten once woken");
+        switch.swap(serving::jobset_set());
+        let again = tokio::time::timeout(settle * 3, woken.recv()).await;
+        assert!(again.is_err(), "woken twice");
+
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn only_the_missing_plugin_set_makes_a_trainjob_wait() {
+        let (ctx, _switch) = context();
+        let j = job("a");
+        let build = ReconcileError::Build(crate::pipeline::run::PipelineError::Runtime("x".into()));
+        let _ = error_policy(Arc::new(j.clone()), &build, ctx.clone());
+        assert!(ctx.take_waiting().is_empty());
+        let _ = error_policy(Arc::new(j.clone()), &no_plugins(), ctx.clone());
+        assert_eq!(ctx.take_waiting(), [ObjectRef::from_obj(&j)]);
+        let _ = error_policy(Arc::new(j.clone()), &no_plugins(), ctx.clone());
+        ctx.succeeded(&j);
+        assert!(
+            ctx.take_waiting().is_empty(),
+            "a reconcile that succeeds stops the wait"
+        );
+    }
 }

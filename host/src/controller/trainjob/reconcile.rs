@@ -1,6 +1,20 @@
-//! One reconcile of one TrainJob (upstream's `trainjob_controller.go`
-//! Reconcile, HEAD semantics; see the module docs of
-//! [`crate::controller::trainjob`]).
+//! One reconcile of one TrainJob, as four typed steps:
+//!
+//! 1. **resolve** the runtime through its snapshot ([`snapshot`]);
+//! 2. **build** the objects: the pure [`pipeline`](crate::pipeline) with the
+//!    plugin set in service, no I/O. While no plugin of the set calls
+//!    `build`, nothing is built (the TrainJob gets `PluginsReady=False` and
+//!    a Warning Event instead: [`serving`](super::serving));
+//! 3. **apply** every object (server-side apply; objects already as desired
+//!    are not written);
+//! 4. **status**: `Suspended`, the status plugin's view, the active
+//!    deadline, `PluginsReady`; written as a merge patch only when changed.
+//!
+//! Build and apply run only for unfinished jobs (no `Complete=True` or
+//! `Failed=True`). A failure of steps 1–3 (other than the missing plugin
+//! set) gives upstream's Warning Event `TrainJobResourcesCreationFailed`;
+//! the status step still runs, and the reconcile returns the first failure
+//! as a [`ReconcileError`] naming its step.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,42 +23,106 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::Value;
+use tokio::task::JoinError;
 use tracing::{Instrument, info, info_span, warn};
-use trainforge_api::plugin::{Info, KindRef, PluginError};
-use trainforge_api::trainer::v1alpha1::TrainJob;
+use trainforge_api::plugin::{Info, KindRef, Phase, PluginError};
 use trainforge_api::trainer::v1alpha1::constants::{
     CONDITION_FAILED, MANAGED_BY_TRAINJOB_CONTROLLER, REASON_TRAINING_RUNTIME_NOT_SUPPORTED,
 };
+use trainforge_api::trainer::v1alpha1::{TrainJob, TrainJobStatus};
 
-use super::apply::{self, Outcome};
-use super::conditions::{self, Deadline};
+use super::apply::{self, ApplyError, Outcome};
+use super::conditions::{self, ConditionStatus, Deadline, StatusError};
 use super::events::{self, ACTION_RECONCILING, REASON_CREATION_FAILED};
+use super::objects::ObjectsError;
+use super::serving::NotServing;
 use super::snapshot::{self, SnapshotError};
 use super::{CONTROLLER_NAME, Context};
-use crate::pipeline::run::{RuntimeObject, run as run_pipeline};
+use crate::pipeline::run::{PipelineError, Rendered, RuntimeObject, run as run_pipeline};
 use crate::plugin::{self, PluginSet};
 
-/// Why a reconcile must be retried.
+/// Why a reconcile must be retried; each variant names the step that
+/// failed, and [`ReconcileError::reason`] is the metric label.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    /// Building or applying the objects failed (also reported as an Event).
-    #[error("{0}")]
-    Resources(String),
-    /// Writing the status failed.
-    #[error("updating status: {0}")]
-    Status(#[source] kube::Error),
-    /// A blocking task panicked or was cancelled.
-    #[error("plugin task: {0}")]
-    Task(String),
+    /// Resolve: the runtime could not be resolved (upstream's message for a
+    /// missing runtime).
+    #[error(transparent)]
+    Resolve(SnapshotError),
+    /// Build: no plugin of the set in service calls `build`, so nothing was
+    /// built.
+    #[error("build: no plugin set can serve TrainJobs: {0}")]
+    NoServingPlugins(NotServing),
+    /// Build: the pipeline refused the TrainJob or a plugin failed.
+    #[error("build: {0}")]
+    Build(#[source] PipelineError),
+    /// Build: the pipeline's blocking task panicked or was cancelled.
+    #[error("build: the pipeline task did not finish: {0}")]
+    BuildTask(#[source] JoinError),
+    /// Apply: an object's kind is not served by the API server.
+    #[error("apply: {0}")]
+    ApplyKind(#[source] ObjectsError),
+    /// Apply: the API server did not take an object.
+    #[error("apply: {0}")]
+    Apply(#[source] ApplyError),
+    /// Status: the runtime info the status plugin reads could not be built.
+    #[error("status: preparing the status plugin's input: {0}")]
+    StatusInput(#[source] PipelineError),
+    /// Status: the status plugin failed.
+    #[error("status: {0}")]
+    StatusPlugin(#[source] plugin::Error),
+    /// Status: the status plugin returned something that is not a TrainJob
+    /// status.
+    #[error("status: plugin {plugin} returned an unusable status: {source}")]
+    StatusInvalid {
+        /// The status plugin's name.
+        plugin: String,
+        /// What is wrong with it.
+        source: StatusError,
+    },
+    /// Status: the status plugin's blocking task panicked or was cancelled.
+    #[error("status: the status plugin task did not finish: {0}")]
+    StatusTask(#[source] JoinError),
+    /// Status: the merge patch could not be computed.
+    #[error("status: {0}")]
+    StatusPatch(#[source] StatusError),
+    /// Status: the API server did not take the status.
+    #[error("status: writing the status: {0}")]
+    StatusWrite(#[source] kube::Error),
 }
 
 impl ReconcileError {
-    fn reason(&self) -> &'static str {
+    /// The label of the reconcile-error metric: the step that failed
+    /// (`Resolve`, `Build`, `Apply`, `Status`), or `NoServingPlugins` when
+    /// the build step found no plugin that builds.
+    pub fn reason(&self) -> &'static str {
         match self {
-            ReconcileError::Resources(_) => "Resources",
-            ReconcileError::Status(_) => "Status",
-            ReconcileError::Task(_) => "Task",
+            ReconcileError::Resolve(_) => "Resolve",
+            ReconcileError::NoServingPlugins(_) => "NoServingPlugins",
+            ReconcileError::Build(_) | ReconcileError::BuildTask(_) => "Build",
+            ReconcileError::ApplyKind(_) | ReconcileError::Apply(_) => "Apply",
+            ReconcileError::StatusInput(_)
+            | ReconcileError::StatusPlugin(_)
+            | ReconcileError::StatusInvalid { .. }
+            | ReconcileError::StatusTask(_)
+            | ReconcileError::StatusPatch(_)
+            | ReconcileError::StatusWrite(_) => "Status",
         }
+    }
+
+    /// Whether this is a failure to create the TrainJob's resources
+    /// (resolve, build or apply), reported as upstream's
+    /// `TrainJobResourcesCreationFailed` Event. The missing plugin set has
+    /// its own condition and Event instead.
+    pub fn is_creation_failure(&self) -> bool {
+        matches!(
+            self,
+            ReconcileError::Resolve(_)
+                | ReconcileError::Build(_)
+                | ReconcileError::BuildTask(_)
+                | ReconcileError::ApplyKind(_)
+                | ReconcileError::Apply(_)
+        )
     }
 }
 
@@ -101,9 +179,28 @@ struct Reconcile<'a> {
     writes: u32,
 }
 
-/// What the plugin phases produced, if they ran.
-struct Built {
-    info: Info,
+/// Step 1's result: the runtime, and whether its snapshot already exists.
+struct Resolved {
+    runtime: RuntimeObject,
+    has_snapshot: bool,
+}
+
+/// What the status plugin said.
+enum PluginStatus {
+    /// A new status.
+    New(TrainJobStatus),
+    /// Nothing to change (no status plugin, or it left the status alone).
+    Unchanged,
+    /// Not available yet (e.g. the JobSet is not in the cache): retry soon.
+    NotYet(String),
+}
+
+/// Keep the first failure; log later ones.
+fn keep_first(first: &mut Option<ReconcileError>, error: ReconcileError) {
+    match first {
+        None => *first = Some(error),
+        Some(_) => warn!(step = error.reason(), %error, "a later step failed too"),
+    }
 }
 
 impl Reconcile<'_> {
@@ -118,97 +215,92 @@ impl Reconcile<'_> {
             info!(managed_by = %m, "managed by another controller: left alone");
             return Ok(Action::await_change());
         }
-        let old_status = job
-            .status
-            .as_ref()
-            .and_then(|s| serde_json::to_value(s).ok())
-            .unwrap_or(Value::Null);
-        let mut status = old_status.clone();
-        let now = Timestamp::now();
+        let old = job.status.clone().unwrap_or_default();
+        let mut status = old.clone();
+        let now = conditions::now();
 
         if let Err(e) = snapshot::check_supported(job) {
             conditions::set(
                 &mut status,
                 CONDITION_FAILED,
-                true,
+                ConditionStatus::True,
                 REASON_TRAINING_RUNTIME_NOT_SUPPORTED,
                 &e.to_string(),
-                now,
+                &now,
             );
-            if old_status != status {
+            if old != status {
                 warn!(error = %e, "unsupported runtime");
-                events::publish(
-                    self.ctx,
-                    job,
-                    true,
-                    REASON_TRAINING_RUNTIME_NOT_SUPPORTED,
-                    ACTION_RECONCILING,
-                    e.to_string(),
-                )
-                .await;
+                self.publish(true, REASON_TRAINING_RUNTIME_NOT_SUPPORTED, e.to_string())
+                    .await;
             }
-            self.write_status(&old_status, &status).await?;
+            self.write_status(&old, &status).await?;
             return Ok(Action::await_change());
         }
 
         let plugins = self.ctx.plugins.current();
-        let finished = conditions::is_finished(&old_status);
-        let mut errors: Vec<String> = Vec::new();
-        let mut built: Option<Built> = None;
-        let runtime = match self.resolve_runtime().await {
+        let finished = conditions::is_finished(&old);
+        // Only an unfinished job needs objects, so only it needs a set that
+        // can serve.
+        let not_serving = if finished {
+            None
+        } else {
+            self.ctx.plugins.not_serving(&plugins)
+        };
+        let mut failure: Option<ReconcileError> = None;
+
+        // 1. Resolve.
+        let resolved = match self.resolve_runtime().await {
             Ok(r) => Some(r),
             Err(e) => {
-                errors.push(e.to_string());
+                failure = Some(ReconcileError::Resolve(e));
                 None
             }
         };
-        if let (false, Some((runtime, has_snapshot))) = (finished, &runtime) {
+        // 2. Build and 3. apply.
+        let mut info: Option<Info> = None;
+        if let (false, Some(r)) = (finished, &resolved) {
             match self
-                .build_and_apply(runtime.clone(), *has_snapshot, plugins.clone())
+                .build_and_apply(r, &plugins, not_serving.as_ref())
                 .await
             {
-                Ok(b) => built = Some(b),
-                Err(e) => errors.push(e),
+                Ok(i) => info = Some(i),
+                Err(e) => failure = Some(e),
             }
         }
-        if let Some(e) = errors.first() {
-            let note = events::creation_failed_note(e);
-            warn!(error = %e, "TrainJob resources reconciliation failed");
-            if events::publish(
-                self.ctx,
-                job,
+        if let Some(e) = failure.as_ref().filter(|e| e.is_creation_failure()) {
+            warn!(step = e.reason(), error = %e, "TrainJob resources reconciliation failed");
+            self.publish(
                 true,
                 REASON_CREATION_FAILED,
-                ACTION_RECONCILING,
-                note,
+                events::creation_failed_note(&e.to_string()),
             )
-            .await
-            {
-                self.writes += 1;
-            }
+            .await;
+        }
+        if let Some(ReconcileError::NoServingPlugins(n)) = &failure {
+            warn!(reason = %n, "no plugin set can serve TrainJobs: nothing built");
         }
 
-        // Suspended, then the status plugin (it starts from the status so far).
-        conditions::apply_suspend(&mut status, job.spec.suspend.unwrap_or(false), now);
-        let remembered = conditions::deadline_exceeded(&old_status);
+        // 4. Status: Suspended, then the status plugin (it starts from the
+        // status so far), the remembered deadline, the plugins condition.
+        conditions::apply_suspend(&mut status, job.spec.suspend.unwrap_or(false), &now);
+        let remembered = conditions::deadline_exceeded(&old);
         let mut retry_soon = false;
-        if let Some((runtime, _)) = &runtime {
-            match self
-                .plugin_status(runtime.clone(), &status, built.map(|b| b.info), plugins)
-                .await
-            {
-                Ok(Some(s)) => status = s,
-                Ok(None) => {}
-                Err(StatusFailure::Unavailable(why)) => {
+        if let Some(r) = &resolved {
+            match self.plugin_status(r, &status, info, plugins).await {
+                Ok(PluginStatus::New(s)) => status = s,
+                Ok(PluginStatus::Unchanged) => {}
+                Ok(PluginStatus::NotYet(why)) => {
                     info!(%why, "status not available yet");
                     retry_soon = true;
                 }
-                Err(StatusFailure::Failed(e)) => errors.push(e),
+                Err(e) => keep_first(&mut failure, e),
             }
         }
         if let Some(c) = remembered {
             conditions::restore(&mut status, c);
         }
+        let problem = not_serving.as_ref().map(ToString::to_string);
+        conditions::set_plugins_ready(&mut status, problem.as_deref(), &now);
 
         // The active deadline.
         let created = job.metadata.creation_timestamp.as_ref().map(|t| t.0);
@@ -218,12 +310,12 @@ impl Reconcile<'_> {
             job.spec.suspend.unwrap_or(false),
             created,
             &status,
-            now,
+            now.0,
         ) {
             Deadline::None => {}
             Deadline::Remaining(left) => requeue = requeue.min(left),
             Deadline::Exceeded => {
-                conditions::fail_deadline(&mut status, now);
+                conditions::fail_deadline(&mut status, &now);
                 self.delete_jobset().await;
             }
         }
@@ -231,27 +323,43 @@ impl Reconcile<'_> {
             requeue = requeue.min(Duration::from_secs(2));
         }
 
-        let transitions = conditions::transitions(&old_status, &status);
-        self.write_status(&old_status, &status).await?;
-        for t in &transitions {
-            if let Some((warning, reason, note)) = events::for_transition(t)
-                && events::publish(self.ctx, job, warning, &reason, ACTION_RECONCILING, note).await
-            {
-                self.writes += 1;
+        let transitions = conditions::transitions(&old, &status);
+        if let Err(e) = self.write_status(&old, &status).await {
+            keep_first(&mut failure, e);
+        } else {
+            for t in &transitions {
+                if let Some((warning, reason, note)) = events::for_transition(t) {
+                    self.publish(warning, &reason, note).await;
+                }
             }
         }
         if self.writes == 0 {
             self.ctx.metrics.noop_resync();
         }
-        if errors.is_empty() {
-            Ok(Action::requeue(requeue))
-        } else {
-            Err(ReconcileError::Resources(errors.join("; ")))
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(Action::requeue(requeue)),
         }
     }
 
-    /// The runtime, and whether its snapshot already exists.
-    async fn resolve_runtime(&self) -> Result<(RuntimeObject, bool), SnapshotError> {
+    /// Publish an Event on the TrainJob (counted as a write when written).
+    async fn publish(&mut self, warning: bool, reason: &str, note: String) {
+        if events::publish(
+            self.ctx,
+            self.job,
+            warning,
+            reason,
+            ACTION_RECONCILING,
+            note,
+        )
+        .await
+        {
+            self.writes += 1;
+        }
+    }
+
+    /// Step 1: the runtime, and whether its snapshot already exists.
+    async fn resolve_runtime(&self) -> Result<Resolved, SnapshotError> {
         let cm_kind = KindRef::new("v1", "ConfigMap");
         let snap_name = snapshot::snapshot_name(self.name);
         let cached = self.ctx.objects.live(&cm_kind, self.ns, &snap_name);
@@ -261,56 +369,69 @@ impl Reconcile<'_> {
                 .and_then(|v| serde_json::from_value(v).ok()),
             None => snapshot::get_snapshot(&self.ctx.client, self.job).await?,
         };
-        match cm {
-            Some(cm) => Ok((snapshot::from_snapshot(self.job, &cm)?, true)),
-            None => Ok((
-                snapshot::live_runtime(&self.ctx.client, self.job).await?,
-                false,
-            )),
-        }
+        Ok(match cm {
+            Some(cm) => Resolved {
+                runtime: snapshot::from_snapshot(self.job, &cm)?,
+                has_snapshot: true,
+            },
+            None => Resolved {
+                runtime: snapshot::live_runtime(&self.ctx.client, self.job).await?,
+                has_snapshot: false,
+            },
+        })
     }
 
-    /// Run the pipeline and apply its objects, stopping at the first error.
+    /// Steps 2 and 3; the info the plugin phases produced.
     async fn build_and_apply(
         &mut self,
-        runtime: RuntimeObject,
-        has_snapshot: bool,
-        plugins: Arc<PluginSet>,
-    ) -> Result<Built, String> {
-        let job = self.job.clone();
-        let rendered = tokio::task::spawn_blocking(move || run_pipeline(&job, &runtime, &plugins))
+        resolved: &Resolved,
+        plugins: &Arc<PluginSet>,
+        not_serving: Option<&NotServing>,
+    ) -> Result<Info, ReconcileError> {
+        if let Some(n) = not_serving {
+            return Err(ReconcileError::NoServingPlugins(n.clone()));
+        }
+        let rendered = self.build(&resolved.runtime, plugins).await?;
+        for w in &rendered.warnings {
+            info!(warning = %w, "TrainJob warning");
+        }
+        self.apply(&rendered.objects, resolved.has_snapshot).await?;
+        Ok(rendered.info)
+    }
+
+    /// Step 2: the pure pipeline, on a blocking thread.
+    async fn build(
+        &self,
+        runtime: &RuntimeObject,
+        plugins: &Arc<PluginSet>,
+    ) -> Result<Rendered, ReconcileError> {
+        let (job, runtime, plugins) = (self.job.clone(), runtime.clone(), plugins.clone());
+        tokio::task::spawn_blocking(move || run_pipeline(&job, &runtime, &plugins))
             .await
-            .map_err(|e| format!("plugin task: {e}"))?
-            .map_err(|e| e.to_string())?;
+            .map_err(ReconcileError::BuildTask)?
+            .map_err(ReconcileError::Build)
+    }
+
+    /// Step 3: apply every object in order, stopping at the first error.
+    /// The snapshot ConfigMap is written once, never refreshed.
+    async fn apply(&mut self, objects: &[Value], has_snapshot: bool) -> Result<(), ReconcileError> {
         let snap_name = snapshot::snapshot_name(self.name);
-        for object in &rendered.objects {
+        for object in objects {
             let kind = kind_of(object);
             let obj_name = object
                 .pointer("/metadata/name")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             if has_snapshot && kind.kind == "ConfigMap" && obj_name == snap_name {
-                continue; // the snapshot is written once, never refreshed
+                continue;
             }
-            let (resource, namespaced) = self.ctx.objects.resource(&kind).await.map_err(|e| {
-                self.ctx.metrics.apply_error(&kind.kind);
-                e.to_string()
-            })?;
-            let live: Option<Arc<DynamicObject>> = self.ctx.objects.live(&kind, self.ns, obj_name);
-            let outcome = apply::apply(
-                &self.ctx.client,
-                &resource,
-                namespaced,
-                object,
-                live.as_deref(),
-                self.job.metadata.uid.as_deref().unwrap_or_default(),
-                &self.ctx.memo,
-            )
-            .await
-            .map_err(|e| {
-                self.ctx.metrics.apply_error(&kind.kind);
-                e.to_string()
-            })?;
+            let outcome = match self.apply_one(&kind, obj_name, object).await {
+                Ok(o) => o,
+                Err(e) => {
+                    self.ctx.metrics.apply_error(&kind.kind);
+                    return Err(e);
+                }
+            };
             if outcome != Outcome::Unchanged {
                 self.writes += 1;
                 self.ctx.metrics.api_write("apply", &kind.kind);
@@ -321,68 +442,103 @@ impl Reconcile<'_> {
                     self.ctx.metrics.jobset_ready(elapsed);
                 }
                 let note = format!("Created JobSet {}/{}", self.ns, obj_name);
-                if events::publish(
-                    self.ctx,
-                    self.job,
-                    false,
-                    "JobSetCreated",
-                    ACTION_RECONCILING,
-                    note,
-                )
-                .await
-                {
-                    self.writes += 1;
-                }
+                self.publish(false, "JobSetCreated", note).await;
             }
         }
-        for w in &rendered.warnings {
-            info!(warning = %w, "TrainJob warning");
-        }
-        Ok(Built {
-            info: rendered.info,
-        })
+        Ok(())
     }
 
-    /// The status plugin's view, starting from `status`.
+    /// One object through [`apply::apply`].
+    async fn apply_one(
+        &self,
+        kind: &KindRef,
+        name: &str,
+        object: &Value,
+    ) -> Result<Outcome, ReconcileError> {
+        let (resource, namespaced) = self
+            .ctx
+            .objects
+            .resource(kind)
+            .await
+            .map_err(ReconcileError::ApplyKind)?;
+        let live: Option<Arc<DynamicObject>> = self.ctx.objects.live(kind, self.ns, name);
+        apply::apply(
+            &self.ctx.client,
+            &resource,
+            namespaced,
+            object,
+            live.as_deref(),
+            self.job.metadata.uid.as_deref().unwrap_or_default(),
+            &self.ctx.memo,
+        )
+        .await
+        .map_err(ReconcileError::Apply)
+    }
+
+    /// Step 4's plugin part: the status plugin's view, starting from
+    /// `status`, parsed into a typed status.
     async fn plugin_status(
         &self,
-        runtime: RuntimeObject,
-        status: &Value,
+        resolved: &Resolved,
+        status: &TrainJobStatus,
         info: Option<Info>,
         plugins: Arc<PluginSet>,
-    ) -> Result<Option<Value>, StatusFailure> {
-        let mut job_json =
-            serde_json::to_value(self.job).map_err(|e| StatusFailure::Failed(e.to_string()))?;
+    ) -> Result<PluginStatus, ReconcileError> {
+        let Some(plugin) = plugins
+            .plugins()
+            .iter()
+            .find(|p| p.calls(Phase::Status))
+            .map(|p| p.name().to_owned())
+        else {
+            return Ok(PluginStatus::Unchanged);
+        };
+        let serialise = |what: &'static str, e: serde_json::Error| {
+            ReconcileError::StatusInput(PipelineError::Serialize {
+                what,
+                reason: e.to_string(),
+            })
+        };
+        let mut job_json = serde_json::to_value(self.job).map_err(|e| serialise("TrainJob", e))?;
+        let status_json = if conditions::is_empty(status) {
+            Value::Null
+        } else {
+            serde_json::to_value(status).map_err(|e| serialise("TrainJob status", e))?
+        };
         if let Some(m) = job_json.as_object_mut() {
-            m.insert("status".into(), status.clone());
+            m.insert("status".into(), status_json);
         }
-        let job = self.job.clone();
-        tokio::task::spawn_blocking(move || {
+        let (job, runtime) = (self.job.clone(), resolved.runtime.clone());
+        let answer = tokio::task::spawn_blocking(move || -> Result<_, PipelineError> {
             let info = match info {
                 Some(i) => i,
                 None => {
-                    let merged = crate::pipeline::merge::merge(&job, runtime.spec())
-                        .map_err(|e| StatusFailure::Failed(e.to_string()))?;
-                    crate::pipeline::info::runtime_info(&merged)
-                        .map_err(|e| StatusFailure::Failed(e.to_string()))?
+                    let merged = crate::pipeline::merge::merge(&job, runtime.spec())?;
+                    crate::pipeline::info::runtime_info(&merged)?
                 }
             };
-            match plugins.status_report(&job_json, &info) {
-                Ok(out) => {
-                    for w in &out.warnings {
-                        warn!(warning = %w, "status plugin failure ignored by its failurePolicy");
-                    }
-                    Ok(out.status)
-                }
-                Err(plugin::Error::Plugin {
-                    error: PluginError::Unavailable(why),
-                    ..
-                }) => Err(StatusFailure::Unavailable(why)),
-                Err(e) => Err(StatusFailure::Failed(e.to_string())),
-            }
+            Ok(plugins.status_report(&job_json, &info))
         })
         .await
-        .map_err(|e| StatusFailure::Failed(format!("plugin task: {e}")))?
+        .map_err(ReconcileError::StatusTask)?
+        .map_err(ReconcileError::StatusInput)?;
+        match answer {
+            Ok(out) => {
+                for w in &out.warnings {
+                    warn!(warning = %w, "status plugin failure ignored by its failurePolicy");
+                }
+                match out.status {
+                    None => Ok(PluginStatus::Unchanged),
+                    Some(v) => conditions::parse_status(v)
+                        .map(PluginStatus::New)
+                        .map_err(|source| ReconcileError::StatusInvalid { plugin, source }),
+                }
+            }
+            Err(plugin::Error::Plugin {
+                error: PluginError::Unavailable(why),
+                ..
+            }) => Ok(PluginStatus::NotYet(why)),
+            Err(e) => Err(ReconcileError::StatusPlugin(e)),
+        }
     }
 
     async fn delete_jobset(&mut self) {
@@ -402,27 +558,112 @@ impl Reconcile<'_> {
         }
     }
 
-    async fn write_status(&mut self, old: &Value, new: &Value) -> Result<(), ReconcileError> {
-        // An empty status is no status (the CRD requires at least one property).
-        let empty = |v: &Value| v.is_null() || v.as_object().is_some_and(|m| m.is_empty());
-        if old == new || (empty(old) && empty(new)) {
+    /// Step 4's write: a merge patch from `old` to `new`, only when they
+    /// differ.
+    async fn write_status(
+        &mut self,
+        old: &TrainJobStatus,
+        new: &TrainJobStatus,
+    ) -> Result<(), ReconcileError> {
+        if old == new {
             return Ok(());
         }
+        let patch = conditions::status_patch(old, new).map_err(ReconcileError::StatusPatch)?;
         let api: Api<TrainJob> = Api::namespaced(self.ctx.client.clone(), self.ns);
-        let patch = conditions::status_patch(old, new);
         api.patch_status(self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map_err(ReconcileError::Status)?;
+            .map_err(ReconcileError::StatusWrite)?;
         self.writes += 1;
         self.ctx.metrics.api_write("patch", "TrainJob/status");
         Ok(())
     }
 }
 
-/// Why the status plugin gave no status.
-enum StatusFailure {
-    /// The JobSet is not in the cache yet: try again shortly.
-    Unavailable(String),
-    /// A real failure.
-    Failed(String),
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::controller::trainjob::serving::{Absent, Origin};
+
+    fn not_serving() -> NotServing {
+        NotServing {
+            origin: Origin::Catalog,
+            absent: vec![Absent {
+                name: "jobset".into(),
+                why: "DigestMismatch: expected sha256 00, got 11".into(),
+            }],
+            without_build: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn each_error_names_its_step() {
+        let resolve = ReconcileError::Resolve(SnapshotError::NotFound(
+            "TrainingRuntime specified in TrainJob is not found".into(),
+        ));
+        assert_eq!(resolve.reason(), "Resolve");
+        assert!(resolve.is_creation_failure());
+        assert_eq!(
+            events::creation_failed_note(&resolve.to_string()),
+            "TrainJob resources reconciliation failed: TrainingRuntime specified in TrainJob is not found",
+            "upstream's note for a missing runtime"
+        );
+
+        let build = ReconcileError::Build(PipelineError::Runtime("wrong kind".into()));
+        assert_eq!(build.reason(), "Build");
+        assert!(build.is_creation_failure());
+        assert_eq!(
+            events::creation_failed_note(&build.to_string()),
+            "TrainJob resources reconciliation failed: build: spec.runtimeRef: wrong kind"
+        );
+
+        let apply = ReconcileError::Apply(ApplyError::Malformed("name"));
+        assert_eq!(apply.reason(), "Apply");
+        assert!(apply.is_creation_failure());
+        assert_eq!(apply.to_string(), "apply: object without name");
+        let kind = ReconcileError::ApplyKind(ObjectsError::Unknown {
+            api_version: "x/v1".into(),
+            kind: "Y".into(),
+            reason: "no".into(),
+        });
+        assert_eq!(kind.reason(), "Apply");
+        assert!(kind.to_string().starts_with("apply: x/v1 Y"), "{kind}");
+
+        let none = ReconcileError::NoServingPlugins(not_serving());
+        assert_eq!(none.reason(), "NoServingPlugins");
+        assert!(
+            !none.is_creation_failure(),
+            "its own condition and Event, not TrainJobResourcesCreationFailed"
+        );
+        assert!(
+            none.to_string()
+                .contains("jobset (DigestMismatch: expected sha256 00, got 11)"),
+            "{none}"
+        );
+
+        let invalid = ReconcileError::StatusInvalid {
+            plugin: "jobset".into(),
+            source: conditions::parse_status(serde_json::json!({"jobsStatus": 3})).unwrap_err(),
+        };
+        assert_eq!(invalid.reason(), "Status");
+        assert!(!invalid.is_creation_failure());
+        assert!(
+            invalid.to_string().starts_with(
+                "status: plugin jobset returned an unusable status: not a TrainJob status"
+            ),
+            "{invalid}"
+        );
+    }
+
+    #[test]
+    fn the_first_failure_is_kept() {
+        let mut first = None;
+        keep_first(&mut first, ReconcileError::NoServingPlugins(not_serving()));
+        keep_first(
+            &mut first,
+            ReconcileError::Build(PipelineError::Runtime("later".into())),
+        );
+        assert_eq!(first.unwrap().reason(), "NoServingPlugins");
+    }
 }
