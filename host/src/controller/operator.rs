@@ -18,10 +18,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 use trainforge_api::plugin::KindRef;
 
+use super::catalog::PluginCatalog;
 use super::ops::health::{self, Readiness};
 use super::ops::leader::{LeaderElection, LeaderOptions};
 use super::ops::metrics::Metrics;
-use super::catalog::PluginCatalog;
 use super::trainjob::{self, Context, FixedPlugins, ObjectCache, Plugins, Settings};
 use crate::plugin::{self, PluginRuntime, PluginSet, RuntimeConfig};
 

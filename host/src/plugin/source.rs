@@ -2,9 +2,9 @@
 //! of cluster objects it is given ([`ObjectSource`]).
 
 use super::Error;
+use super::engine::Limits;
 use super::observe::FailurePolicy;
 use super::sandbox::Grants;
-use super::engine::Limits;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -16,9 +16,9 @@ use trainforge_api::trainforge::v1alpha1::{
     ClusterTrainerPlugin, ClusterTrainerPluginSpec, reason,
 };
 
-use super::state::{Attempt, PluginCatalog, Serving, Stage};
 use super::fetch::{FetchError, Fetcher};
 use super::spec::{options, plugin_source};
+use super::state::{Attempt, PluginCatalog, Serving, Stage};
 use super::{Error, status};
 
 use crate::plugin::sha256_hex;

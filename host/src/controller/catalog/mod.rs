@@ -36,8 +36,8 @@ pub mod spec;
 mod state;
 pub mod status;
 
-pub use state::PluginCatalog;
 pub use controller::{Options, run, run_with};
+pub use state::PluginCatalog;
 
 /// Field manager of the status writes.
 pub const FIELD_MANAGER: &str = "trainforge-plugins";
