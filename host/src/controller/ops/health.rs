@@ -51,8 +51,8 @@ pub enum Error {
 
 /// Named readiness checks; `/readyz` is 200 only when all pass.
 ///
-/// Cheap to clone (shared state). Checks start failing unless registered
-/// with [`Readiness::register_ready`].
+/// Cheap to clone (shared state). A check starts failing when registered
+/// ([`Readiness::register`]) and passes once set.
 #[derive(Debug, Clone, Default)]
 pub struct Readiness {
     checks: Arc<Mutex<Vec<ReadyFlag>>>,
