@@ -2,8 +2,11 @@
 //! named in `TRAINFORGE_EXTRA_BUILTIN_PLUGINS`) into the operator binary.
 //!
 //! Each is built with a nested `cargo build --profile plugin --target
-//! wasm32-wasip2` using its own `CARGO_TARGET_DIR` under `OUT_DIR` (a nested
-//! build sharing the outer target dir would deadlock on its lock), then an
+//! wasm32-wasip2` into its own target dir, `plugin-target/` beside the outer
+//! profile's `build/` (e.g. `target/debug/plugin-target`: a nested build
+//! sharing the outer target dir would deadlock on its lock; one dir per
+//! profile, not per `OUT_DIR`, so that `cargo check`/`clippy`/`doc` and
+//! `cargo build` share the plugins instead of building them twice), then an
 //! `include_bytes!` table is generated for `plugin::builtin`. With no plugin
 //! crates the table is empty and no nested build runs.
 //!
@@ -185,6 +188,16 @@ fn main() {
     }
 }
 
+/// `<profile dir>/plugin-target` for `OUT_DIR` = `<profile dir>/build/<unit>/out`,
+/// else `OUT_DIR/plugin-target`.
+fn plugin_target_dir(out_dir: &Path) -> PathBuf {
+    let build = out_dir.parent().and_then(Path::parent);
+    match build.and_then(|b| Some((b.file_name()?, b.parent()?))) {
+        Some((name, profile_dir)) if name == "build" => profile_dir.join("plugin-target"),
+        _ => out_dir.join("plugin-target"),
+    }
+}
+
 /// Build every crate of `crates` for [`TARGET`]; their `.wasm` files, or a
 /// failed build.
 fn build_plugins(root: &Path, out_dir: &Path, crates: &[String]) -> Vec<(String, PathBuf)> {
@@ -201,7 +214,7 @@ fn build_plugins(root: &Path, out_dir: &Path, crates: &[String]) -> Vec<(String,
             false,
         );
     }
-    let target_dir = out_dir.join("plugin-target");
+    let target_dir = plugin_target_dir(out_dir);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut built = Vec::new();
     let mut problems = Vec::new();
