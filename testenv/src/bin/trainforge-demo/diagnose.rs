@@ -19,6 +19,9 @@ const SOURCE_TIMEOUT: Duration = Duration::from_secs(5);
 /// WARN/ERROR lines of the operator log shown at most.
 const LOG_LINES: usize = 20;
 
+/// Last lines of the operator log shown when it has no WARN/ERROR line.
+const QUIET_LOG_LINES: usize = 5;
+
 /// Warning Events shown at most (the most recent).
 const EVENTS: usize = 10;
 
@@ -43,16 +46,15 @@ pub(crate) async fn diagnose(
     let log = std::fs::read_to_string(&op.log);
     match &log {
         Ok(text) => {
-            let lines = warn_error_lines(text, LOG_LINES);
-            out.push(format!(
-                "operator log {}: {}",
-                op.log.display(),
-                if lines.is_empty() {
-                    "no WARN or ERROR lines".to_owned()
-                } else {
-                    format!("last {} WARN/ERROR lines:", lines.len())
-                }
-            ));
+            let mut lines = warn_error_lines(text, LOG_LINES);
+            let what = if lines.is_empty() {
+                // What it was doing instead.
+                lines = last_lines(text, QUIET_LOG_LINES);
+                format!("no WARN or ERROR lines; its last {}:", lines.len())
+            } else {
+                format!("last {} WARN/ERROR lines:", lines.len())
+            };
+            out.push(format!("operator log {}: {what}", op.log.display()));
             out.extend(indent(lines));
         }
         Err(e) => out.push(format!(
@@ -99,7 +101,7 @@ pub(crate) fn condition_lines(obj: &Value) -> Vec<String> {
         .map(Vec::as_slice)
         .unwrap_or_default();
     if conditions.is_empty() {
-        return vec!["(none: the operator has not written a status)".to_owned()];
+        return vec!["(no conditions yet)".to_owned()];
     }
     let field = |c: &Value, k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
     conditions
@@ -199,18 +201,41 @@ async fn plugins_not_ready(client: &kube::Client) -> Vec<String> {
     }
     let mut out = Vec::new();
     for p in &list.items {
-        let v = serde_json::to_value(p).unwrap_or_default();
         let name = p.metadata.name.as_deref().unwrap_or("?");
-        let not_true: Vec<String> = condition_lines(&v)
-            .into_iter()
-            .filter(|l| !l.contains("=True"))
-            .collect();
-        out.extend(not_true.into_iter().map(|l| format!("{name}: {l}")));
+        let unhealthy = unhealthy_plugin_conditions(&serde_json::to_value(p).unwrap_or_default());
+        out.extend(unhealthy.into_iter().map(|l| format!("{name}: {l}")));
     }
     if out.is_empty() {
-        out.push(format!("(none: {} configured)", list.items.len()));
+        out.push(format!("(none: all {} are Ready)", list.items.len()));
     }
     out
+}
+
+/// The conditions of a ClusterTrainerPlugin that say something is wrong:
+/// `Degraded=True`, any other type not `True`, or no conditions at all.
+pub(crate) fn unhealthy_plugin_conditions(plugin: &Value) -> Vec<String> {
+    let conditions = plugin
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if conditions.is_empty() {
+        return vec!["(no conditions yet: the operator has not processed it)".to_owned()];
+    }
+    let wrong: Vec<Value> = conditions
+        .into_iter()
+        .filter(|c| {
+            let status = c.get("status").and_then(Value::as_str);
+            match c.get("type").and_then(Value::as_str) {
+                Some("Degraded") => status == Some("True"),
+                _ => status != Some("True"),
+            }
+        })
+        .collect();
+    if wrong.is_empty() {
+        return Vec::new();
+    }
+    condition_lines(&serde_json::json!({"status": {"conditions": wrong}}))
 }
 
 async fn readyz_verbose(addr: &str) -> Vec<String> {
@@ -241,6 +266,13 @@ pub(crate) fn warn_error_lines(log: &str, n: usize) -> Vec<String> {
         .collect();
     let skip = lines.len().saturating_sub(n);
     lines.into_iter().skip(skip).collect()
+}
+
+/// The last `n` lines of `log`, without ANSI escape sequences.
+fn last_lines(log: &str, n: usize) -> Vec<String> {
+    let lines: Vec<&str> = log.lines().collect();
+    let skip = lines.len().saturating_sub(n);
+    lines[skip..].iter().map(|l| strip_ansi(l)).collect()
 }
 
 /// `line` without ANSI escape sequences (`ESC [ … letter`).
@@ -340,7 +372,7 @@ mod tests {
         );
         assert_eq!(
             condition_lines(&json!({"spec": {}})),
-            vec!["(none: the operator has not written a status)"]
+            vec!["(no conditions yet)"]
         );
     }
 
@@ -383,6 +415,31 @@ mod tests {
             vec!["TrainJob/demo Late (x3): Late happened"]
         );
         assert_eq!(event_lines(&events[1..2], 10), vec!["(none)"]);
+    }
+
+    #[test]
+    fn plugin_conditions_that_say_something_is_wrong() {
+        let healthy = json!({"status": {"conditions": [
+            {"type": "Fetched", "status": "True"},
+            {"type": "Ready", "status": "True"},
+            {"type": "Degraded", "status": "False", "reason": "AsExpected"},
+        ]}});
+        assert!(unhealthy_plugin_conditions(&healthy).is_empty());
+        let broken = json!({"status": {"conditions": [
+            {"type": "Fetched", "status": "False", "reason": "NotFound",
+             "message": "no builtin plugin \"torch\" (builtins: )"},
+            {"type": "Ready", "status": "False"},
+            {"type": "Degraded", "status": "True", "reason": "FetchFailed"},
+        ]}});
+        assert_eq!(
+            unhealthy_plugin_conditions(&broken),
+            vec![
+                "Fetched=False NotFound: no builtin plugin \"torch\" (builtins: )",
+                "Ready=False",
+                "Degraded=True FetchFailed",
+            ]
+        );
+        assert_eq!(unhealthy_plugin_conditions(&json!({})).len(), 1);
     }
 
     #[test]
