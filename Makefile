@@ -1,25 +1,35 @@
-# Trainforge developer entry points. CI runs `.ci/run`, which runs `make test`.
+# Trainforge developer entry points. CI runs `.ci/run`, which runs `make demo`
+# and `make test` on a toolchain without the wasm target, as a newcomer would.
 #
-#   make controlplane  build the test control plane (Go; cached by version,
-#                      a no-op when up to date, tens of minutes when cold)
-#   make test          all tests; control-plane tests are required here
 #   make demo          full control plane + our CRDs + the operator; runs an
 #                      example TrainJob to Complete, then stays up until
 #                      Ctrl-C (DEMO_ARGS="--exit-after 0 --figures" ...)
+#   make test          all tests; control-plane tests are required here
+#   make controlplane  build the test control plane (Go; cached by version,
+#                      a no-op when up to date, tens of minutes when cold)
+#
+# Both demo and test first run testenv/preflight.sh: it installs the targets
+# and components rust-toolchain.toml lists (rustup), or stops with the command
+# to run. A builtin plugin that does not build fails the build (host/build.rs).
 
 CARGO ?= cargo
 DEMO_ARGS ?=
 
-.PHONY: test controlplane demo
+.PHONY: demo test controlplane preflight preflight-tests
+
+demo: preflight controlplane
+	$(CARGO) build -p trainforge
+	$(CARGO) run -p trainforge-testenv --bin trainforge-demo -- $(DEMO_ARGS)
+
+# Control-plane tests are required: a missing binary fails instead of skipping.
+test: preflight-tests controlplane
+	TRAINFORGE_TESTENV_REQUIRED=1 $(CARGO) test --workspace --no-fail-fast
 
 controlplane:
 	testenv/build.sh
 
-# Control-plane tests and builtin plugin builds are required: a missing
-# binary or a plugin that does not build fails the run instead of skipping.
-test: controlplane
-	TRAINFORGE_TESTENV_REQUIRED=1 TRAINFORGE_REQUIRE_BUILTIN_PLUGINS=1 $(CARGO) test --workspace --no-fail-fast
+preflight:
+	testenv/preflight.sh
 
-demo: controlplane
-	$(CARGO) build -p trainforge
-	$(CARGO) run -p trainforge-testenv --bin trainforge-demo -- $(DEMO_ARGS)
+preflight-tests:
+	testenv/preflight.sh --tests

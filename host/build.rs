@@ -2,19 +2,34 @@
 //! named in `TRAINFORGE_EXTRA_BUILTIN_PLUGINS`) into the operator binary.
 //!
 //! Each is built with a nested `cargo build --profile plugin --target
-//! wasm32-wasip2` using its own `CARGO_TARGET_DIR` under `OUT_DIR` (a nested
-//! build sharing the outer target dir would deadlock on its lock), then an
+//! wasm32-wasip2` into its own target dir, `plugin-target/` beside the outer
+//! profile's `build/` (e.g. `target/debug/plugin-target`: a nested build
+//! sharing the outer target dir would deadlock on its lock; one dir per
+//! profile, not per `OUT_DIR`, so that `cargo check`/`clippy`/`doc` and
+//! `cargo build` share the plugins instead of building them twice), then an
 //! `include_bytes!` table is generated for `plugin::builtin`. With no plugin
 //! crates the table is empty and no nested build runs.
 //!
-//! - `TRAINFORGE_SKIP_BUILTIN_PLUGINS=1`: embed nothing (fast dev loops).
-//! - `TRAINFORGE_REQUIRE_BUILTIN_PLUGINS=1` (CI/release): a plugin that
-//!   fails to build fails the host build; otherwise it is skipped with a
-//!   cargo warning.
+//! A host build that cannot embed every builtin plugin fails, cause first:
+//! a toolchain without the `wasm32-wasip2` standard library is caught before
+//! any nested build, with the command that installs it; a plugin that does
+//! not build is named, its compiler errors follow.
+//! `TRAINFORGE_SKIP_BUILTIN_PLUGINS=1` is the one way to build an operator
+//! without them (fast host dev loops; such an operator serves no builtin).
+//!
+//! Re-runs when a plugin crate changes, or what every plugin is built from:
+//! `sdk/`, `api/`, `wit/`, the workspace `Cargo.toml`/`Cargo.lock` and
+//! `.cargo/config.toml` (the nested cargo then rebuilds what changed).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+
+/// The target the plugins are built for.
+const TARGET: &str = "wasm32-wasip2";
+
+/// Opt-out: build the host with no builtin plugins.
+const SKIP: &str = "TRAINFORGE_SKIP_BUILTIN_PLUGINS";
 
 fn package_name(manifest: &Path) -> Option<String> {
     let text = std::fs::read_to_string(manifest).ok()?;
@@ -37,9 +52,61 @@ fn package_name(manifest: &Path) -> Option<String> {
     None
 }
 
-fn fail(msg: String) -> ! {
-    println!("cargo::error={msg}");
-    std::process::exit(1);
+/// Fail the build with `lines` as cargo errors, shown before anything else.
+/// `show_output`: exit non-zero so that cargo also prints what the script
+/// wrote to stderr (the nested build's compiler errors).
+fn fail(lines: &[String], show_output: bool) -> ! {
+    for l in lines {
+        println!("cargo::error={l}");
+    }
+    std::process::exit(if show_output { 1 } else { 0 });
+}
+
+/// The line that tells how to build without the builtin plugins.
+fn opt_out_line() -> String {
+    format!("(to build an operator without builtin plugins instead, set {SKIP}=1)")
+}
+
+/// `Some(why)` when `rustc` cannot build for [`TARGET`]: its sysroot has no
+/// standard library for it.
+fn wasm_target_missing(rustc: &str) -> Option<String> {
+    let out = Command::new(rustc)
+        .args(["--print", "target-libdir", "--target", TARGET])
+        .output();
+    let dir = match out {
+        Ok(o) if o.status.success() => PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()),
+        Ok(o) => {
+            return Some(format!(
+                "`{rustc} --print target-libdir --target {TARGET}` failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ));
+        }
+        Err(e) => return Some(format!("running `{rustc}`: {e}")),
+    };
+    let has_std = std::fs::read_dir(&dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("libstd-") && name.ends_with(".rlib")
+        })
+    });
+    (!has_std).then(|| format!("no standard library in {}", dir.display()))
+}
+
+/// The command that installs [`TARGET`]: `rustup target add … --toolchain T`
+/// when rustup runs this build (it names the toolchain in
+/// `RUSTUP_TOOLCHAIN`, with the host triple that `T` is shown without).
+fn install_command() -> String {
+    match std::env::var("RUSTUP_TOOLCHAIN") {
+        Ok(tc) if !tc.is_empty() => {
+            let host = std::env::var("HOST").unwrap_or_default();
+            let short = tc.strip_suffix(&format!("-{host}")).unwrap_or(&tc);
+            format!("rustup target add {TARGET} --toolchain {short}")
+        }
+        _ => format!(
+            "install the {TARGET} standard library for this Rust toolchain (with rustup: rustup target add {TARGET})"
+        ),
+    }
 }
 
 fn main() {
@@ -50,9 +117,19 @@ fn main() {
         .unwrap_or_default();
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap_or_default());
     println!("cargo::rerun-if-env-changed=TRAINFORGE_EXTRA_BUILTIN_PLUGINS");
-    println!("cargo::rerun-if-env-changed=TRAINFORGE_SKIP_BUILTIN_PLUGINS");
-    println!("cargo::rerun-if-env-changed=TRAINFORGE_REQUIRE_BUILTIN_PLUGINS");
-    println!("cargo::rerun-if-changed=../plugins");
+    println!("cargo::rerun-if-env-changed={SKIP}");
+    // What every plugin is built from (a directory is scanned recursively).
+    for input in [
+        "../plugins",
+        "../sdk",
+        "../api",
+        "../wit",
+        "../Cargo.toml",
+        "../Cargo.lock",
+        "../.cargo/config.toml",
+    ] {
+        println!("cargo::rerun-if-changed={input}");
+    }
 
     let mut crate_dirs: Vec<PathBuf> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(root.join("plugins")) {
@@ -77,57 +154,28 @@ fn main() {
         println!("cargo::rerun-if-changed={}", dir.display());
         match package_name(&dir.join("Cargo.toml")) {
             Some(n) => crates.push(n),
-            None => fail(format!(
-                "no [package] name in {}",
-                dir.join("Cargo.toml").display()
-            )),
+            None => fail(
+                &[format!(
+                    "cannot embed the builtin plugins: no [package] name in {}",
+                    dir.join("Cargo.toml").display()
+                )],
+                false,
+            ),
         }
     }
 
     let mut table = String::from("/// The embedded plugins (generated by host/build.rs).\n");
     table.push_str("pub static BUILTIN_PLUGINS: &[BuiltinPlugin] = &[\n");
-    let skip = std::env::var_os("TRAINFORGE_SKIP_BUILTIN_PLUGINS").is_some_and(|v| v != "0");
-    let require = std::env::var_os("TRAINFORGE_REQUIRE_BUILTIN_PLUGINS").is_some_and(|v| v != "0");
+    let skip = std::env::var_os(SKIP).is_some_and(|v| !v.is_empty() && v != "0");
     if skip && !crates.is_empty() {
-        println!("cargo::warning=TRAINFORGE_SKIP_BUILTIN_PLUGINS set: no builtin plugins embedded");
+        println!("cargo::warning={SKIP} is set: this operator embeds no builtin plugins");
     }
-    let target_dir = out_dir.join("plugin-target");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    for c in crates.iter().filter(|_| !skip) {
-        // One nested build per crate so a broken plugin does not hide the others.
-        let status = Command::new(&cargo)
-            .arg("build")
-            .arg("--profile=plugin")
-            .arg("--target=wasm32-wasip2")
-            .arg("--manifest-path")
-            .arg(root.join("Cargo.toml"))
-            .arg("-p")
-            .arg(c)
-            .env("CARGO_TARGET_DIR", &target_dir)
-            .env_remove("CARGO_ENCODED_RUSTFLAGS")
-            .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_BUILD_TARGET")
-            .status();
-        let wasm = target_dir
-            .join("wasm32-wasip2/plugin")
-            .join(format!("{}.wasm", c.replace('-', "_")));
-        let problem = match status {
-            Ok(s) if s.success() && wasm.is_file() => None,
-            Ok(s) if s.success() => {
-                Some(format!("{} not produced (is it a cdylib?)", wasm.display()))
-            }
-            Ok(s) => Some(format!("nested cargo build failed: {s}")),
-            Err(e) => Some(format!("running cargo: {e}")),
-        };
-        if let Some(p) = problem {
-            if require {
-                fail(format!("builtin plugin {c}: {p}"));
-            }
-            println!(
-                "cargo::warning=builtin plugin {c} NOT embedded: {p} (set TRAINFORGE_REQUIRE_BUILTIN_PLUGINS=1 to make this fatal)"
-            );
-            continue;
-        }
+    let built = if skip || crates.is_empty() {
+        Vec::new()
+    } else {
+        build_plugins(&root, &out_dir, &crates)
+    };
+    for (c, wasm) in &built {
         let _ = writeln!(
             table,
             "    BuiltinPlugin {{ crate_name: {c:?}, wasm: include_bytes!({:?}) }},",
@@ -136,6 +184,85 @@ fn main() {
     }
     table.push_str("];\n");
     if let Err(e) = std::fs::write(out_dir.join("builtin_plugins.rs"), table) {
-        fail(format!("writing builtin table: {e}"));
+        fail(&[format!("writing the builtin plugin table: {e}")], false);
     }
+}
+
+/// `<profile dir>/plugin-target` for `OUT_DIR` = `<profile dir>/build/<unit>/out`,
+/// else `OUT_DIR/plugin-target`.
+fn plugin_target_dir(out_dir: &Path) -> PathBuf {
+    let build = out_dir.parent().and_then(Path::parent);
+    match build.and_then(|b| Some((b.file_name()?, b.parent()?))) {
+        Some((name, profile_dir)) if name == "build" => profile_dir.join("plugin-target"),
+        _ => out_dir.join("plugin-target"),
+    }
+}
+
+/// Build every crate of `crates` for [`TARGET`]; their `.wasm` files, or a
+/// failed build.
+fn build_plugins(root: &Path, out_dir: &Path, crates: &[String]) -> Vec<(String, PathBuf)> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    if let Some(why) = wasm_target_missing(&rustc) {
+        fail(
+            &[
+                format!(
+                    "cannot embed the builtin plugins: this Rust toolchain cannot build for {TARGET}, the target they are built for ({why})"
+                ),
+                format!("fix: {}", install_command()),
+                opt_out_line(),
+            ],
+            false,
+        );
+    }
+    let target_dir = plugin_target_dir(out_dir);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut built = Vec::new();
+    let mut problems = Vec::new();
+    for c in crates {
+        // One nested build per crate so a broken plugin does not hide the
+        // others. Its output goes to stderr: cargo shows it when this script
+        // fails, and nothing in it is read as a build-script instruction.
+        let status = Command::new(&cargo)
+            .arg("build")
+            .arg("--profile=plugin")
+            .arg(format!("--target={TARGET}"))
+            .arg("--manifest-path")
+            .arg(root.join("Cargo.toml"))
+            .arg("-p")
+            .arg(c)
+            .env("CARGO_TARGET_DIR", &target_dir)
+            // What the outer build sets for its own compiles: flags for the
+            // host target, and under `cargo clippy` its lint driver.
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_BUILD_TARGET")
+            .env_remove("RUSTC_WORKSPACE_WRAPPER")
+            .env_remove("CLIPPY_ARGS")
+            .stdout(Stdio::from(std::io::stderr()))
+            .status();
+        let wasm = target_dir
+            .join(TARGET)
+            .join("plugin")
+            .join(format!("{}.wasm", c.replace('-', "_")));
+        match status {
+            Ok(s) if s.success() && wasm.is_file() => built.push((c.clone(), wasm)),
+            Ok(s) if s.success() => problems.push(format!(
+                "{c}: {} not produced (is it a cdylib?)",
+                wasm.display()
+            )),
+            Ok(s) => problems.push(format!("{c}: its build for {TARGET} failed ({s})")),
+            Err(e) => problems.push(format!("{c}: running {cargo}: {e}")),
+        }
+    }
+    if !problems.is_empty() {
+        let mut lines = vec![format!(
+            "cannot embed the builtin plugins: {} of {} did not build; the nested cargo output is below",
+            problems.len(),
+            crates.len()
+        )];
+        lines.extend(problems);
+        lines.push(opt_out_line());
+        fail(&lines, true);
+    }
+    built
 }

@@ -54,7 +54,14 @@ if [[ $FORCE == 0 && -f $OUT/stamp && "$(cat "$OUT/stamp")" == "$STAMP" ]]; then
   exit 0
 fi
 
-command -v go >/dev/null || { echo "testenv: 'go' not found on PATH (need go >= 1.26)" >&2; exit 1; }
+# Go >= 1.26 (GOTOOLCHAIN=local: the go on PATH builds, none is downloaded).
+GO_HINT="install Go >= 1.26 (https://go.dev/dl/), put its bin/ on PATH, then run this again"
+command -v go >/dev/null || { echo "testenv: 'go' is not on PATH; the control plane $KEY is not cached yet and is built with it: $GO_HINT" >&2; exit 1; }
+GO_VERSION=$(go env GOVERSION 2>/dev/null || true)
+if ! [[ $GO_VERSION =~ ^go([0-9]+)\.([0-9]+) ]] || ((BASH_REMATCH[1] == 1 && BASH_REMATCH[2] < 26)); then
+  echo "testenv: $(command -v go) is ${GO_VERSION:-of unknown version}; the control plane needs Go >= 1.26: $GO_HINT" >&2
+  exit 1
+fi
 echo "testenv: building control plane $KEY into $OUT"
 echo "testenv: $(go version)"
 go env GOPROXY GOSUMDB GONOSUMDB GOFLAGS GOMODCACHE GOCACHE | paste -sd' ' | sed 's/^/testenv: go env: /'

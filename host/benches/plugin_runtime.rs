@@ -141,7 +141,9 @@ fn benches(c: &mut Criterion) {
     g.bench_function("enforce_ml_policy", |b| {
         b.iter(|| black_box(p.enforce(Phase::EnforceMlPolicy, &input, &scope).unwrap()))
     });
-    g.bench_function("build", |b| b.iter(|| black_box(p.build(&input, &owner).unwrap())));
+    g.bench_function("build", |b| {
+        b.iter(|| black_box(p.build(&input, &owner).unwrap()))
+    });
     g.bench_function("validate", |b| {
         b.iter(|| black_box(p.validate(&vinput, &scope).unwrap()))
     });
@@ -162,11 +164,14 @@ fn benches(c: &mut Criterion) {
             let mut objects = p.build(&cur, &owner).unwrap();
             objects.extend(p.build(&cur, &owner).unwrap());
             let v = p
-                .validate(&ValidateInput {
-                    trainjob: cur.trainjob.clone(),
-                    old_trainjob: None,
-                    info: cur.info.clone(),
-                }, &scope)
+                .validate(
+                    &ValidateInput {
+                        trainjob: cur.trainjob.clone(),
+                        old_trainjob: None,
+                        info: cur.info.clone(),
+                    },
+                    &scope,
+                )
                 .unwrap();
             black_box((objects, v))
         })

@@ -138,12 +138,32 @@ fn builtin_plugins_are_embedded_and_load() {
             .expect("embedded");
         assert_eq!(rt.load(b.source()).unwrap().name(), "minimal");
     }
-    let crates_on_disk = std::fs::read_dir(root().join("plugins"))
-        .map(|d| {
-            d.flatten()
-                .filter(|e| e.path().join("Cargo.toml").is_file())
-                .count()
+    // Every plugin crate on disk is embedded: a build that cannot embed one
+    // fails, unless the builtins were explicitly skipped.
+    let mut on_disk: Vec<String> = std::fs::read_dir(root().join("plugins"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("Cargo.toml")).ok())
+        .map(|manifest| {
+            let name = manifest
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("name"))
+                .and_then(|rest| rest.trim_start().strip_prefix('='))
+                .unwrap();
+            name.trim().trim_matches('"').to_owned()
         })
-        .unwrap_or(0);
-    assert!(builtin::all().len() <= crates_on_disk + 1);
+        .collect();
+    on_disk.sort();
+    let mut embedded: Vec<String> = builtin::all()
+        .iter()
+        .map(|b| b.crate_name.to_owned())
+        .filter(|name| on_disk.contains(name))
+        .collect();
+    embedded.sort();
+    if option_env!("TRAINFORGE_SKIP_BUILTIN_PLUGINS").is_some_and(|v| !v.is_empty() && v != "0") {
+        assert!(embedded.is_empty(), "skipped, yet embedded: {embedded:?}");
+    } else {
+        assert!(!on_disk.is_empty(), "no plugin crates under plugins/");
+        assert_eq!(embedded, on_disk, "plugin crates not embedded");
+    }
 }

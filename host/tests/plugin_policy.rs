@@ -76,7 +76,11 @@ fn ignored_failures_become_warnings_and_the_pass_goes_on() {
             "name": "someone-elses-job", "uid": "other-uid", "controller": true}]}}]});
     for (config, phase, reason) in [
         (json!({"attack": "panic"}), "build", "Trap"),
-        (json!({"attack": "loop-enforce"}), "enforce-ml-policy", "Timeout"),
+        (
+            json!({"attack": "loop-enforce"}),
+            "enforce-ml-policy",
+            "Timeout",
+        ),
         (foreign_owner, "build", "ForbiddenObject"),
     ] {
         let attack = config.to_string();

@@ -2,7 +2,7 @@
 //!
 //! TrainJob + its runtime (both as stored by the API server, i.e. with CRD
 //! defaults applied; `render` applies them with [`super::defaults`])
-//! → [`merge`](super::merge) → [`runtime_info`](super::info::runtime_info)
+//! → [`merge`](super::merge) → [`runtime_info`]
 //! → plugin `validate` (admission rules) → plugin phases
 //! → the objects to apply, in apply order, plus warnings.
 //!

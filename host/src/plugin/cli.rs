@@ -139,7 +139,11 @@ fn parse_kinds(texts: &[String]) -> Result<Option<Vec<KindRef>>, Error> {
     if texts.is_empty() {
         return Ok(None);
     }
-    texts.iter().map(|t| parse_kind(t)).collect::<Result<_, _>>().map(Some)
+    texts
+        .iter()
+        .map(|t| parse_kind(t))
+        .collect::<Result<_, _>>()
+        .map(Some)
 }
 
 /// The runtime of the CLI: components are compiled in a bounded child
@@ -196,13 +200,8 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
         output,
     } = &cmd
     {
-        return compile::run_worker(
-            &super::engine::base_config(),
-            *memory_bytes,
-            input,
-            output,
-        )
-        .map_err(Error::Worker);
+        return compile::run_worker(&super::engine::base_config(), *memory_bytes, input, output)
+            .map_err(Error::Worker);
     }
     let rt = cli_runtime()?;
     match cmd {

@@ -229,8 +229,12 @@ impl PluginSet {
         let mut out = ValidateOutput::default();
         let scope = scope_of_json(&input.trainjob);
         for p in self.plugins.iter().filter(|p| p.calls(Phase::Validate)) {
-            let Some(v) =
-                per_policy(p, Phase::Validate, p.validate(input, &scope), &mut out.ignored)?
+            let Some(v) = per_policy(
+                p,
+                Phase::Validate,
+                p.validate(input, &scope),
+                &mut out.ignored,
+            )?
             else {
                 continue;
             };

@@ -154,15 +154,18 @@ pub fn options(
         .map_or_else(Grants::default, |g| Grants {
             random: g.random.unwrap_or(false),
             clock: g.clock.unwrap_or(false),
-            pod: g.pod.as_ref().map_or_else(PodGrants::default, |p| PodGrants {
-                privileged: p.privileged.unwrap_or(false),
-                host_namespaces: p.host_namespaces.unwrap_or(false),
-                host_ports: p.host_ports.unwrap_or(false),
-                host_paths: p.host_paths.clone().unwrap_or_default(),
-                capabilities: p.capabilities.clone().unwrap_or_default(),
-                service_accounts: p.service_account_names.clone().unwrap_or_default(),
-                images: p.images.clone().unwrap_or_default(),
-            }),
+            pod: g
+                .pod
+                .as_ref()
+                .map_or_else(PodGrants::default, |p| PodGrants {
+                    privileged: p.privileged.unwrap_or(false),
+                    host_namespaces: p.host_namespaces.unwrap_or(false),
+                    host_ports: p.host_ports.unwrap_or(false),
+                    host_paths: p.host_paths.clone().unwrap_or_default(),
+                    capabilities: p.capabilities.clone().unwrap_or_default(),
+                    service_accounts: p.service_account_names.clone().unwrap_or_default(),
+                    images: p.images.clone().unwrap_or_default(),
+                }),
         });
     let config = match &spec.config {
         None => "{}".to_owned(),

@@ -404,13 +404,17 @@ impl PluginCatalog {
             let outcome = loop {
                 match clash(&state, name, &c) {
                     Ok(()) => break Ok(()),
-                    Err(Clash { other, reason, message })
-                        if !displaced && precedence(name, &c) < state.precedence_of(&other) =>
-                    {
+                    Err(Clash {
+                        other,
+                        reason,
+                        message,
+                    }) if !displaced && precedence(name, &c) < state.precedence_of(&other) => {
                         self.displace(&mut state, &other, name, &c, reason, &message);
                         displaced = true;
                     }
-                    Err(Clash { reason, message, .. }) => break Err((reason, message)),
+                    Err(Clash {
+                        reason, message, ..
+                    }) => break Err((reason, message)),
                 }
             };
             match outcome {
@@ -473,13 +477,21 @@ impl PluginCatalog {
             lost.plugin.name()
         );
         tracing::warn!(plugin = %other, %message, "plugin displaced");
-        let generation = entry.attempt.as_ref().map_or(lost.generation, |a| a.generation);
+        let generation = entry
+            .attempt
+            .as_ref()
+            .map_or(lost.generation, |a| a.generation);
         let done = entry
             .attempt
             .as_ref()
             .map(|a| vec![a.stages[0].clone(), a.stages[1].clone()])
             .unwrap_or_default();
-        entry.attempt = Some(Attempt::failed(generation, done, reason::DISPLACED, message));
+        entry.attempt = Some(Attempt::failed(
+            generation,
+            done,
+            reason::DISPLACED,
+            message,
+        ));
         let _ = self.kicks.send(other.to_owned());
     }
 

@@ -149,8 +149,13 @@ pub(crate) async fn live_view(
     Ok(())
 }
 
+/// How long the live view may show the same line before the demo prints why
+/// (once per TrainJob; it goes on waiting).
+const STALL: Duration = Duration::from_secs(30);
+
 /// Watch one TrainJob, its JobSet and its pods; print a line as soon as what
 /// it shows changes (every pod phase is seen), and at least once a second.
+/// Unchanged for [`STALL`], it prints the diagnosis once and goes on.
 pub(crate) async fn follow(
     client: &kube::Client,
     op: &Operator,
@@ -196,6 +201,7 @@ pub(crate) async fn follow(
     let start = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let (mut last, mut printed_at): (String, Option<Instant>) = (String::new(), None);
+    let (mut changed_at, mut stall_reported) = (Instant::now(), false);
     loop {
         let event = tokio::select! {
             e = next_item(&mut tj_events) => e.map(|r| r.map(|_| ())),
@@ -213,6 +219,9 @@ pub(crate) async fn follow(
         let elapsed = start.elapsed();
         let view = View::of(&watches);
         let line = view.line();
+        if line != last {
+            changed_at = Instant::now();
+        }
         if line != last || printed_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
             println!(
                 "demo: [{:>5.1}s] TrainJob {job}: {line}",
@@ -220,6 +229,16 @@ pub(crate) async fn follow(
             );
             last = line;
             printed_at = Some(Instant::now());
+        }
+        let finished = matches!(view.state.as_str(), "Complete" | "Failed");
+        if !finished && !stall_reported && changed_at.elapsed() >= STALL {
+            stall_reported = true;
+            println!(
+                "demo: TrainJob {job} shows no change for {}s; what the cluster and the operator say (still waiting, up to {}s):",
+                STALL.as_secs(),
+                timeout.as_secs()
+            );
+            println!("{}", diagnose(client, op, Some((ns, name))).await);
         }
         match view.state.as_str() {
             "Complete" => {
@@ -249,14 +268,15 @@ pub(crate) async fn follow(
                     job,
                     reason: view.condition_field("reason"),
                     message: view.condition_field("message"),
-                    tail: op.tail(40),
+                    why: diagnose(client, op, Some((ns, name))).await,
                 });
             }
             _ if elapsed > timeout => {
                 return Err(DemoError::Timeout {
                     job,
                     secs: timeout.as_secs(),
-                    tail: op.tail(40),
+                    last,
+                    why: diagnose(client, op, Some((ns, name))).await,
                 });
             }
             _ => {}

@@ -14,9 +14,13 @@
 //! 5. print the kubeconfig and stay up until Ctrl-C (or `--exit-after`).
 //!
 //! A TrainJob that fails, or is not finished after `--timeout` seconds, or an
-//! operator that exits or never gets ready, makes the demo exit with a failure
-//! code and the tail of the operator's log. With `--api-only` only etcd and
-//! kube-apiserver run and the operator is not started.
+//! operator that never gets ready, makes the demo exit with a failure code and
+//! say why: the TrainJob's conditions and Warning Events, the ClusterTrainerPlugins
+//! that are not ready, the operator's `/readyz?verbose` and its WARN/ERROR log
+//! lines. A TrainJob that shows no change for a while gets the same diagnosis
+//! while the demo goes on waiting; an operator that exits, the tail of its log.
+//! With `--api-only` only etcd and kube-apiserver run and the operator is not
+//! started.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -35,10 +39,12 @@ use trainforge_testenv::process::{Proc, log_tail, spawn};
 use trainforge_testenv::{Mode, TestEnv, manifests, ports};
 
 mod apply;
+mod diagnose;
 mod live_view;
 mod operator;
 
 use apply::{apply_docs, apply_plugins, is_trainjob, load_examples};
+use diagnose::{diagnose, http_get};
 use live_view::live_view;
 use operator::Operator;
 
@@ -115,27 +121,29 @@ enum DemoError {
         tail: String,
     },
     /// `/readyz` never answered 200.
-    #[error("the operator was not ready after {secs}s ({url})\n{tail}")]
+    #[error("the operator was not ready after {secs}s ({url}); why:\n{why}")]
     NotReady {
         /// The bound.
         secs: u64,
         /// The probe URL.
         url: String,
-        /// Tail of its log.
-        tail: String,
+        /// [`diagnose::diagnose`] without a TrainJob.
+        why: String,
     },
     /// A TrainJob did not finish in time.
-    #[error("TrainJob {job} not finished after {secs}s\n{tail}")]
+    #[error("TrainJob {job} not finished after {secs}s (last seen: {last}); why:\n{why}")]
     Timeout {
         /// `namespace/name`.
         job: String,
         /// The bound.
         secs: u64,
-        /// Tail of the operator log.
-        tail: String,
+        /// The last live-view line.
+        last: String,
+        /// [`diagnose::diagnose`] of the TrainJob.
+        why: String,
     },
     /// A TrainJob reached `Failed`.
-    #[error("TrainJob {job} Failed: {reason}: {message}\n{tail}")]
+    #[error("TrainJob {job} Failed: {reason}: {message}; why:\n{why}")]
     JobFailed {
         /// `namespace/name`.
         job: String,
@@ -143,8 +151,8 @@ enum DemoError {
         reason: String,
         /// The condition's message.
         message: String,
-        /// Tail of the operator log.
-        tail: String,
+        /// [`diagnose::diagnose`] of the TrainJob.
+        why: String,
     },
     /// Ctrl-C or SIGTERM before the TrainJobs finished.
     #[error("interrupted")]
@@ -275,7 +283,7 @@ async fn run(
             );
             let started = Instant::now();
             tokio::select! {
-                r = op.wait_ready(Duration::from_secs(args.timeout)) => r?,
+                r = op.wait_ready(&client, Duration::from_secs(args.timeout)) => r?,
                 _ = shutdown_signal() => return Err(DemoError::Interrupted),
             }
             println!(

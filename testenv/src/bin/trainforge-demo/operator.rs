@@ -117,19 +117,23 @@ impl Operator {
         }
     }
 
-    /// Wait until `/readyz` answers 200.
-    pub(crate) async fn wait_ready(&self, timeout: Duration) -> Result<(), DemoError> {
+    /// Wait until `/readyz` answers 200; past `timeout`, say why not.
+    pub(crate) async fn wait_ready(
+        &self,
+        client: &kube::Client,
+        timeout: Duration,
+    ) -> Result<(), DemoError> {
         let start = Instant::now();
         loop {
             self.check()?;
-            if http_status(&self.addr, "/readyz").await == Some(200) {
+            if http_get(&self.addr, "/readyz").await.map(|(s, _)| s) == Some(200) {
                 return Ok(());
             }
             if start.elapsed() > timeout {
                 return Err(DemoError::NotReady {
                     secs: timeout.as_secs(),
                     url: format!("http://{}/readyz", self.addr),
-                    tail: self.tail(40),
+                    why: diagnose(client, self, None).await,
                 });
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -142,29 +146,4 @@ impl Operator {
         let thread = self.thread;
         let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     }
-}
-
-/// Status code of `GET http://addr/path` (plain HTTP/1.0), `None` if unreachable.
-pub(crate) async fn http_status(addr: &str, path: &str) -> Option<u16> {
-    let exchange = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-            .await
-            .ok()?;
-        let mut buf = [0u8; 64];
-        let mut n = 0;
-        while n < buf.len() {
-            match s.read(&mut buf[n..]).await.ok()? {
-                0 => break,
-                k => n += k,
-            }
-        }
-        // "HTTP/1.1 200 OK"
-        let head = std::str::from_utf8(&buf[..n]).ok()?;
-        head.split_whitespace().nth(1)?.parse().ok()
-    };
-    tokio::time::timeout(Duration::from_secs(2), exchange)
-        .await
-        .ok()
-        .flatten()
 }
