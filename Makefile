@@ -13,13 +13,17 @@
 # to run. A builtin plugin that does not build fails the build (host/build.rs).
 
 CARGO ?= cargo
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 DEMO_ARGS ?=
 
 .PHONY: demo test controlplane preflight preflight-tests
 
+# One `cargo build` for the operator and the demo runner, so that their
+# shared dependencies are built once, with the features `make test` uses too
+# (see testenv/Cargo.toml); the runner starts the `trainforge` beside it.
 demo: preflight controlplane
-	$(CARGO) build -p trainforge
-	$(CARGO) run -p trainforge-testenv --bin trainforge-demo -- $(DEMO_ARGS)
+	$(CARGO) build -p trainforge -p trainforge-testenv --bins
+	"$(TARGET_DIR)/debug/trainforge-demo" $(DEMO_ARGS)
 
 # Control-plane tests are required: a missing binary fails instead of skipping.
 test: preflight-tests controlplane

@@ -27,6 +27,13 @@ use trainforge_api::trainer::v1alpha1::{ClusterTrainingRuntime, TrainJob};
 
 // ---------------------------------------------------------------- helpers
 
+/// How long a bounded attack may take, wall clock: far below what each
+/// would take unbounded (the hostile guest sleeps 60-120 s, loops forever,
+/// compiles for minutes), and far above the scheduling noise of a loaded
+/// 2-core CI machine running many tests at once. A deadline that holds ends
+/// these calls within a second or so.
+const BOUNDED: Duration = Duration::from_secs(15);
+
 fn objects() -> StaticObjects {
     let mut o = StaticObjects::default();
     for obj in [
@@ -140,7 +147,7 @@ fn infinite_loop_times_out() {
     let rt = short_deadline_runtime();
     let (e, took) = attack(&rt, "loop", None);
     assert!(matches!(e, Error::Timeout { .. }), "{e}");
-    assert!(took < Duration::from_secs(3), "stopped in {took:?}");
+    assert!(took < BOUNDED, "stopped in {took:?}");
     assert!(
         took >= Duration::from_millis(250),
         "not before the deadline: {took:?}"
@@ -162,7 +169,7 @@ fn unbounded_allocation_hits_memory_limit() {
     let rt = short_deadline_runtime();
     let (e, took) = attack(&rt, "alloc", None);
     assert!(matches!(e, Error::MemoryLimit { .. }), "{e}");
-    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert!(took < BOUNDED, "{took:?}");
     assert_good_plugin_still_works(&rt);
 }
 
@@ -193,7 +200,7 @@ fn hundred_megabytes_of_output_is_refused() {
     let (e, took) = attack(&rt, "huge-output", Some(roomy));
     assert!(matches!(e, Error::InvalidOutput { .. }), "{e}");
     assert!(e.to_string().contains("exceeds"), "{e}");
-    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(took < BOUNDED, "{took:?}");
     assert_good_plugin_still_works(&rt);
 }
 
@@ -695,12 +702,12 @@ fn sleeping_ends_the_call_at_once() {
     let (e, took) = attack(&rt, "sleep", None);
     assert_eq!(e.reason(), "Trap", "{e}");
     assert!(e.to_string().contains("wait"), "{e}");
-    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(took < BOUNDED, "{took:?}");
     let p = load(&rt, None, json!({"attack": "sleep-enforce"}));
     let start = Instant::now();
     let e = pipeline(vec![p]).unwrap_err();
     assert_eq!(e.reason(), "Trap", "{e}");
-    assert!(start.elapsed() < Duration::from_secs(2));
+    assert!(start.elapsed() < BOUNDED);
     assert_good_plugin_still_works(&rt);
 }
 
@@ -728,7 +735,7 @@ fn describe_that_hangs_traps_or_hoards_is_a_bounded_load_failure() {
         let took = start.elapsed();
         assert_eq!(e.reason(), reason, "{how}: {e}");
         assert!(
-            took < trainforge::plugin::DESCRIBE_TIMEOUT + Duration::from_secs(2),
+            took < trainforge::plugin::DESCRIBE_TIMEOUT + BOUNDED,
             "{how} took {took:?}"
         );
     }
@@ -740,7 +747,7 @@ fn wasi_buffers_and_stderr_are_bounded() {
     let rt = short_deadline_runtime();
     let (e, took) = attack(&rt, "wasi-random-huge", None);
     assert_eq!(e.reason(), "Trap", "{e}");
-    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(took < BOUNDED, "{took:?}");
     let (e, _) = attack(&rt, "stderr-flood", None);
     assert_eq!(e.reason(), "Trap", "{e}");
     assert!(
@@ -798,10 +805,7 @@ fn compilation_is_bounded_in_time_and_memory_and_blocks_nobody() {
         e.to_string().contains("memory") || e.to_string().contains("did not finish"),
         "{e}"
     );
-    assert!(
-        slow_done < limits.timeout + Duration::from_secs(5),
-        "{slow_done:?}"
-    );
+    assert!(slow_done < limits.timeout + BOUNDED, "{slow_done:?}");
     assert!(
         good_done < slow_done,
         "the good plugin was not held up: {good_done:?} vs {slow_done:?}"
@@ -855,7 +859,7 @@ fn descriptors_are_validated_and_bounded() {
             "{}",
             e.to_string().len()
         );
-        assert!(start.elapsed() < Duration::from_secs(3));
+        assert!(start.elapsed() < BOUNDED);
     }
 }
 

@@ -148,6 +148,18 @@ pub fn read_needs_explicit_grant(kind: &KindRef, namespaced: bool) -> Option<&'s
     (kind.group().is_empty() && kind.kind == "Secret").then_some("Secrets hold credentials")
 }
 
+/// The declared kinds an administrator's list keeps (all of them when
+/// `explicit` is `None`), each with whether that list names it.
+fn narrowed<'a>(
+    declared: &'a [KindRef],
+    explicit: Option<&'a [KindRef]>,
+) -> impl Iterator<Item = (&'a KindRef, bool)> {
+    declared.iter().filter_map(move |k| match explicit {
+        None => Some((k, false)),
+        Some(list) => list.contains(k).then_some((k, true)),
+    })
+}
+
 /// The kinds a plugin may emit: those it declared, narrowed by the
 /// administrator's list (`explicit`: `Some` when the administrator set one),
 /// each checked against the host-wide rules. `Err` names the first declared
@@ -156,31 +168,27 @@ pub fn effective_emits(
     declared: &[KindRef],
     explicit: Option<&[KindRef]>,
 ) -> Result<Vec<KindRef>, String> {
-    let mut out = Vec::new();
-    for k in declared {
-        let listed = explicit.is_some_and(|a| a.contains(k));
-        if explicit.is_some() && !listed {
-            continue;
-        }
-        match emit_rule(k) {
-            KindRule::Never(what) => {
-                return Err(format!("declares emits {k}: plugins may never emit {what}"));
+    narrowed(declared, explicit)
+        .map(|(k, listed)| {
+            match emit_rule(k) {
+                KindRule::Never(what) => {
+                    return Err(format!("declares emits {k}: plugins may never emit {what}"));
+                }
+                KindRule::Explicit(why) if !listed => {
+                    return Err(format!(
+                        "declares emits {k} ({why}): allowed only when spec.allowedKinds lists it"
+                    ));
+                }
+                _ => {}
             }
-            KindRule::Explicit(why) if !listed => {
+            if known_cluster_scoped(k) {
                 return Err(format!(
-                    "declares emits {k} ({why}): allowed only when spec.allowedKinds lists it"
+                    "declares emits {k}, which is cluster-scoped: plugins emit namespaced objects only"
                 ));
             }
-            _ => {}
-        }
-        if known_cluster_scoped(k) {
-            return Err(format!(
-                "declares emits {k}, which is cluster-scoped: plugins emit namespaced objects only"
-            ));
-        }
-        out.push(k.clone());
-    }
-    Ok(out)
+            Ok(k.clone())
+        })
+        .collect()
 }
 
 /// The kinds a plugin may read: declared, narrowed by `allowedReads` when
@@ -190,20 +198,16 @@ pub fn effective_reads(
     declared: &[KindRef],
     explicit: Option<&[KindRef]>,
 ) -> Result<Vec<KindRef>, String> {
-    let mut out = Vec::new();
-    for k in declared {
-        let listed = explicit.is_some_and(|a| a.contains(k));
-        if explicit.is_some() && !listed {
-            continue;
-        }
-        if !listed && let Some(why) = read_needs_explicit_grant(k, !known_cluster_scoped(k)) {
-            return Err(format!(
-                "declares reads {k} ({why}): allowed only when spec.allowedReads lists it"
-            ));
-        }
-        out.push(k.clone());
-    }
-    Ok(out)
+    narrowed(declared, explicit)
+        .map(|(k, listed)| {
+            if !listed && let Some(why) = read_needs_explicit_grant(k, !known_cluster_scoped(k)) {
+                return Err(format!(
+                    "declares reads {k} ({why}): allowed only when spec.allowedReads lists it"
+                ));
+            }
+            Ok(k.clone())
+        })
+        .collect()
 }
 
 #[cfg(test)]
