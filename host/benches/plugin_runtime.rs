@@ -119,8 +119,7 @@ fn benches(c: &mut Criterion) {
 
     // Calls: fresh store per call, ~20 KB info.
     let p = rt.load(src()).unwrap();
-    let trainjob = sample::trainjob();
-    let info = sample::info(&["minimal"]);
+    let (trainjob, info) = sample::inputs(&["minimal"]).unwrap();
     let input = PhaseInput {
         trainjob: trainjob.to_string(),
         info: serde_json::to_string(&info).unwrap(),
@@ -141,7 +140,9 @@ fn benches(c: &mut Criterion) {
     g.bench_function("enforce_ml_policy", |b| {
         b.iter(|| black_box(p.enforce(Phase::EnforceMlPolicy, &input, &scope).unwrap()))
     });
-    g.bench_function("build", |b| b.iter(|| black_box(p.build(&input, &owner).unwrap())));
+    g.bench_function("build", |b| {
+        b.iter(|| black_box(p.build(&input, &owner).unwrap()))
+    });
     g.bench_function("validate", |b| {
         b.iter(|| black_box(p.validate(&vinput, &scope).unwrap()))
     });
@@ -162,11 +163,14 @@ fn benches(c: &mut Criterion) {
             let mut objects = p.build(&cur, &owner).unwrap();
             objects.extend(p.build(&cur, &owner).unwrap());
             let v = p
-                .validate(&ValidateInput {
-                    trainjob: cur.trainjob.clone(),
-                    old_trainjob: None,
-                    info: cur.info.clone(),
-                }, &scope)
+                .validate(
+                    &ValidateInput {
+                        trainjob: cur.trainjob.clone(),
+                        old_trainjob: None,
+                        info: cur.info.clone(),
+                    },
+                    &scope,
+                )
                 .unwrap();
             black_box((objects, v))
         })

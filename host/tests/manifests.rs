@@ -190,16 +190,29 @@ fn shipped_plugins_grant_builtins_exactly_what_they_need() {
         seen += 1;
         let needs = builtin::needs(&name);
         let grants = ctp.spec.grants.clone().unwrap_or_default();
-        assert_eq!(grants.random.unwrap_or(false), needs.random, "{file}: grants.random");
-        assert_eq!(grants.clock.unwrap_or(false), false, "{file}: no builtin needs a clock");
+        assert_eq!(
+            grants.random.unwrap_or(false),
+            needs.random,
+            "{file}: grants.random"
+        );
+        assert_eq!(
+            grants.clock.unwrap_or(false),
+            false,
+            "{file}: no builtin needs a clock"
+        );
         assert!(grants.pod.is_none(), "{file}: no builtin needs pod grants");
         let reads = ctp.spec.allowed_reads.as_ref().map(|ks| {
             ks.iter()
-                .map(|k| trainforge_api::plugin::KindRef::new(k.api_version.clone(), k.kind.clone()))
+                .map(|k| {
+                    trainforge_api::plugin::KindRef::new(k.api_version.clone(), k.kind.clone())
+                })
                 .collect::<Vec<_>>()
         });
         assert_eq!(reads, needs.allowed_reads, "{file}: allowedReads");
-        assert!(ctp.spec.allowed_kinds.is_none(), "{file}: builtins emit what they declare");
+        assert!(
+            ctp.spec.allowed_kinds.is_none(),
+            "{file}: builtins emit what they declare"
+        );
     }
     assert!(seen >= 8, "every builtin has a manifest ({seen})");
 }
@@ -664,12 +677,42 @@ const NOT_NEEDED: &[Perm] = &[
     ("create", "", "pods", "", Some("team-a")),
     ("create", "scheduling.k8s.io", "priorityclasses", "", None),
     // The reconcile path never writes specs: only status subresources.
-    ("patch", "trainer.kubeflow.org", "trainjobs", "", Some("team-a")),
-    ("update", "trainer.kubeflow.org", "trainjobs", "", Some("team-a")),
-    ("patch", "trainer.kubeflow.org", "trainingruntimes", "", Some("team-a")),
-    ("update", "trainer.kubeflow.org", "clustertrainingruntimes", "", None),
+    (
+        "patch",
+        "trainer.kubeflow.org",
+        "trainjobs",
+        "",
+        Some("team-a"),
+    ),
+    (
+        "update",
+        "trainer.kubeflow.org",
+        "trainjobs",
+        "",
+        Some("team-a"),
+    ),
+    (
+        "patch",
+        "trainer.kubeflow.org",
+        "trainingruntimes",
+        "",
+        Some("team-a"),
+    ),
+    (
+        "update",
+        "trainer.kubeflow.org",
+        "clustertrainingruntimes",
+        "",
+        None,
+    ),
     ("patch", "trainforge.dev", "clustertrainerplugins", "", None),
-    ("update", "trainforge.dev", "clustertrainerplugins", "", None),
+    (
+        "update",
+        "trainforge.dev",
+        "clustertrainerplugins",
+        "",
+        None,
+    ),
     ("delete", "", "secrets", "", Some("team-a")),
     ("list", "", "nodes", "", None),
     (

@@ -18,12 +18,11 @@ use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use trainforge::plugin::{
-    CompileLimits, Compiler, Error, FailurePolicy, Grants, Limits, LoadedPlugin, Owner,
-    PhaseInput, PluginRuntime, PluginSet, PluginSource, ReconcileOutput, RuntimeConfig,
-    StaticObjects, bounded, sha256_hex,
+    CompileLimits, Compiler, Error, FailurePolicy, Grants, Limits, LoadedPlugin, Owner, PhaseInput,
+    PluginRuntime, PluginSet, PluginSource, ReconcileOutput, RuntimeConfig, StaticObjects, bounded,
+    sha256_hex,
 };
-use trainforge_api::plugin::{Info, KindRef};
-use trainforge_api::trainer::v1alpha1::{ClusterTrainingRuntime, TrainJob};
+use trainforge_api::plugin::KindRef;
 
 // ---------------------------------------------------------------- helpers
 
@@ -55,14 +54,6 @@ fn source(descriptor: Option<Value>, config: Value) -> PluginSource {
 
 fn load(rt: &PluginRuntime, descriptor: Option<Value>, config: Value) -> LoadedPlugin {
     rt.load(source(descriptor, config)).unwrap()
-}
-
-/// The info the operator builds for the test TrainJob and runtime.
-fn info() -> Info {
-    let job: TrainJob = serde_json::from_value(trainjob()).unwrap();
-    let rt: ClusterTrainingRuntime = serde_json::from_value(runtime()).unwrap();
-    let merged = trainforge::pipeline::merge::merge(&job, &rt.spec).unwrap();
-    trainforge::pipeline::info::runtime_info(&merged).unwrap()
 }
 
 fn input() -> PhaseInput {
@@ -291,13 +282,13 @@ fn concurrent_calls_are_isolated() {
 #[test]
 fn a_phase_cannot_change_which_trainjob_it_acts_for() {
     let rt = short_deadline_runtime();
-    for phase in [
-        "enforce-ml-policy",
-        "enforce-pod-spec",
-        "pre-build",
-    ] {
+    for phase in ["enforce-ml-policy", "enforce-pod-spec", "pre-build"] {
         for (pointer, value, field) in [
-            ("/metadata/namespace", json!("kube-system"), "metadata.namespace"),
+            (
+                "/metadata/namespace",
+                json!("kube-system"),
+                "metadata.namespace",
+            ),
             ("/metadata/name", json!("someone-else"), "metadata.name"),
             ("/metadata/uid", json!("uid-2"), "metadata.uid"),
             ("/kind", json!("ConfigMap"), "kind"),
@@ -307,7 +298,10 @@ fn a_phase_cannot_change_which_trainjob_it_acts_for() {
                 "emit": [cm("x")]});
             let e = pipeline(vec![load(&rt, None, cfg)]).unwrap_err();
             assert_eq!(e.reason(), "IdentityChanged", "{phase} {pointer}: {e}");
-            assert!(e.to_string().contains(field) && e.to_string().contains(phase), "{e}");
+            assert!(
+                e.to_string().contains(field) && e.to_string().contains(phase),
+                "{e}"
+            );
         }
     }
 }
@@ -322,7 +316,11 @@ fn with_failure_policy_ignore_an_identity_change_is_dropped_not_applied() {
     let out = pipeline(vec![rt.load(src).unwrap()]).unwrap();
     assert_eq!(out.trainjob["metadata"]["namespace"], "team");
     assert_eq!(out.objects[0]["metadata"]["namespace"], "team");
-    assert!(out.warnings.iter().any(|w| w.contains("IdentityChanged")), "{:?}", out.warnings);
+    assert!(
+        out.warnings.iter().any(|w| w.contains("IdentityChanged")),
+        "{:?}",
+        out.warnings
+    );
 }
 
 #[test]
@@ -341,14 +339,18 @@ fn emitted_objects_get_namespace_and_owner_from_the_stored_trainjob() {
 #[test]
 fn objects_elsewhere_or_owned_by_others_are_refused() {
     let rt = short_deadline_runtime();
-    let foreign = |refs: Value| {
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "ownerReferences": refs}})
-    };
+    let foreign = |refs: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "ownerReferences": refs}});
     for obj in [
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "kube-system"}}),
-        foreign(json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "someone-elses-job", "uid": "other"}])),
-        foreign(json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "job", "uid": "forged"}])),
-        foreign(json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "operator", "uid": "u"}])),
+        foreign(
+            json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "someone-elses-job", "uid": "other"}]),
+        ),
+        foreign(
+            json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "job", "uid": "forged"}]),
+        ),
+        foreign(
+            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "operator", "uid": "u"}]),
+        ),
     ] {
         let e = pipeline(vec![load(&rt, None, json!({"emit": [obj]}))]).unwrap_err();
         assert_eq!(e.reason(), "ForbiddenObject", "{e}");
@@ -361,13 +363,14 @@ fn objects_elsewhere_or_owned_by_others_are_refused() {
 fn reads_of_secrets_need_an_explicit_grant() {
     let rt = short_deadline_runtime();
     let d = reads_descriptor(json!([["v1", "ConfigMap"], ["v1", "Secret"]]));
-    let e = rt
-        .load(source(Some(d.clone()), json!({})))
-        .unwrap_err();
+    let e = rt.load(source(Some(d.clone()), json!({}))).unwrap_err();
     assert_eq!(e.reason(), "ForbiddenKind", "{e}");
     assert!(e.to_string().contains("allowedReads"), "{e}");
     // Narrowed to ConfigMaps by the administrator: loads, and Secrets are denied.
-    let mut src = source(Some(d.clone()), read_config("v1", "Secret", "team", "creds"));
+    let mut src = source(
+        Some(d.clone()),
+        read_config("v1", "Secret", "team", "creds"),
+    );
     src.allowed_reads = Some(vec![KindRef::new("v1", "ConfigMap")]);
     let r = read(&rt.load(src).unwrap());
     assert!(r.starts_with("denied"), "{r}");
@@ -377,21 +380,30 @@ fn reads_of_secrets_need_an_explicit_grant() {
 fn reads_stay_in_the_trainjob_namespace() {
     let rt = short_deadline_runtime();
     let d = reads_descriptor(json!([["v1", "ConfigMap"], ["v1", "Secret"]]));
-    let allowed = Some(vec![KindRef::new("v1", "ConfigMap"), KindRef::new("v1", "Secret")]);
+    let allowed = Some(vec![
+        KindRef::new("v1", "ConfigMap"),
+        KindRef::new("v1", "Secret"),
+    ]);
     let run = |cfg: Value| {
         let mut src = source(Some(d.clone()), cfg);
         src.allowed_reads = allowed.clone();
         read(&rt.load(src).unwrap())
     };
     let own = run(read_config("v1", "Secret", "team", "creds"));
-    assert!(own.starts_with("found") && own.contains("c2VjcmV0"), "{own}");
+    assert!(
+        own.starts_with("found") && own.contains("c2VjcmV0"),
+        "{own}"
+    );
     for (kind, ns, name) in [
         ("Secret", "kube-system", "creds"),
         ("ConfigMap", "victim", "other"),
         ("Secret", "", "creds"),
     ] {
         let r = run(read_config("v1", kind, ns, name));
-        assert!(r.starts_with("denied") && r.contains("namespace"), "{kind} {ns}/{name}: {r}");
+        assert!(
+            r.starts_with("denied") && r.contains("namespace"),
+            "{kind} {ns}/{name}: {r}"
+        );
         assert!(!r.contains("cm9vdA=="), "{r}");
     }
     let undeclared = run(read_config("v1", "Pod", "team", "x"));
@@ -427,7 +439,10 @@ fn declaring_kinds_outside_the_allow_list_refuses_the_plugin() {
         ("trainforge.dev/v1alpha1", "ClusterTrainerPlugin"),
         ("rbac.authorization.k8s.io/v1", "RoleBinding"),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
-        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+        (
+            "admissionregistration.k8s.io/v1",
+            "ValidatingWebhookConfiguration",
+        ),
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
         ("v1", "Namespace"),
         ("events.k8s.io/v1", "Event"),
@@ -454,7 +469,10 @@ fn pods_and_other_explicit_kinds_load_only_when_the_administrator_lists_them() {
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
         "spec": {"containers": [{"name": "node", "image": "busybox"}]}});
     let mut src = source(Some(d), json!({"emit": [pod]}));
-    src.allowed_emits = Some(vec![KindRef::new("v1", "ConfigMap"), KindRef::new("v1", "Pod")]);
+    src.allowed_emits = Some(vec![
+        KindRef::new("v1", "ConfigMap"),
+        KindRef::new("v1", "Pod"),
+    ]);
     let out = pipeline(vec![rt.load(src).unwrap()]).unwrap();
     assert_eq!(out.objects[0]["kind"], "Pod");
 }
@@ -486,11 +504,27 @@ fn host_names_duplicates_tokens_finalizers_and_unnamed_objects_are_refused() {
         "metadata": {"name": "t", "annotations": {"kubernetes.io/service-account.name": "default"}}});
     let d = json!({"emits": [["v1", "ConfigMap"], ["v1", "Secret"]]});
     for (emit, reason, text) in [
-        (json!([cm("job-runtime-snapshot")]), "ForbiddenObject", "snapshot"),
-        (json!([cm("twice"), cm("twice")]), "ForbiddenObject", "already emitted"),
+        (
+            json!([cm("job-runtime-snapshot")]),
+            "ForbiddenObject",
+            "snapshot",
+        ),
+        (
+            json!([cm("twice"), cm("twice")]),
+            "ForbiddenObject",
+            "already emitted",
+        ),
         (json!([secret_token]), "ForbiddenObject", "token"),
-        (json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "f", "finalizers": ["x.io/keep"]}}]), "ForbiddenObject", "finalizers"),
-        (json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "many-"}}]), "InvalidOutput", "generateName"),
+        (
+            json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "f", "finalizers": ["x.io/keep"]}}]),
+            "ForbiddenObject",
+            "finalizers",
+        ),
+        (
+            json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "many-"}}]),
+            "InvalidOutput",
+            "generateName",
+        ),
     ] {
         let e = pipeline(vec![load(&rt, Some(d.clone()), json!({"emit": emit}))]).unwrap_err();
         assert_eq!(e.reason(), reason, "{e}");
@@ -501,11 +535,22 @@ fn host_names_duplicates_tokens_finalizers_and_unnamed_objects_are_refused() {
 #[test]
 fn two_plugins_cannot_emit_the_same_object() {
     let rt = short_deadline_runtime();
-    let a = load(&rt, Some(json!({"name": "first"})), json!({"emit": [cm("shared")]}));
-    let b = load(&rt, Some(json!({"name": "second"})), json!({"emit": [cm("shared")]}));
+    let a = load(
+        &rt,
+        Some(json!({"name": "first"})),
+        json!({"emit": [cm("shared")]}),
+    );
+    let b = load(
+        &rt,
+        Some(json!({"name": "second"})),
+        json!({"emit": [cm("shared")]}),
+    );
     let e = pipeline(vec![a, b]).unwrap_err();
     assert_eq!(e.reason(), "ForbiddenObject", "{e}");
-    assert!(e.to_string().contains("second") && e.to_string().contains("first"), "{e}");
+    assert!(
+        e.to_string().contains("second") && e.to_string().contains("first"),
+        "{e}"
+    );
 }
 
 // --------------------------------------------------------- 5. pod content
@@ -516,19 +561,69 @@ fn privileged_changes() -> Vec<(&'static str, &'static str, Value, &'static str)
     let pod = "/templateSpec/obj/replicatedJobs/0/template/spec/template/spec";
     let leak = |s: &str| -> &'static str { Box::leak(format!("{pod}{s}").into_boxed_str()) };
     vec![
-        ("info", leak("/containers/0/securityContext/privileged"), json!(true), "privileged"),
-        ("info", leak("/containers/0/securityContext/capabilities/add"), json!(["SYS_ADMIN"]), "capability=SYS_ADMIN"),
+        (
+            "info",
+            leak("/containers/0/securityContext/privileged"),
+            json!(true),
+            "privileged",
+        ),
+        (
+            "info",
+            leak("/containers/0/securityContext/capabilities/add"),
+            json!(["SYS_ADMIN"]),
+            "capability=SYS_ADMIN",
+        ),
         ("info", leak("/hostNetwork"), json!(true), "hostNamespaces"),
         ("info", leak("/hostPID"), json!(true), "hostNamespaces"),
-        ("info", leak("/securityContext/seccompProfile"), json!({"type": "Unconfined"}), "privileged"),
-        ("info", leak("/securityContext/sysctls"), json!([{"name": "kernel.msgmax", "value": "1"}]), "privileged"),
-        ("info", leak("/serviceAccountName"), json!("cluster-admin-sa"), "serviceAccount=cluster-admin-sa"),
-        ("info", "/templateSpec/podSets/0/volumes", json!([{"name": "root", "hostPath": {"path": "/"}}]), "hostPath=/"),
-        ("info", "/templateSpec/podSets/0/containers/0/image", json!("evil.example/miner:1"), "image=evil.example/"),
-        ("info", "/templateSpec/podSets/0/containers/0/ports", json!([{"containerPort": 22, "hostPort": 22}]), "hostPorts"),
-        ("trainjob", "/spec/trainer/image", json!("evil.example/miner:1"), "image=evil.example/"),
-        ("trainjob", "/spec/runtimePatches", json!([{"manager": "x", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-            {"name": "node", "template": {"spec": {"template": {"spec": {"hostIPC": true}}}}}]}}}}]), "hostNamespaces"),
+        (
+            "info",
+            leak("/securityContext/seccompProfile"),
+            json!({"type": "Unconfined"}),
+            "privileged",
+        ),
+        (
+            "info",
+            leak("/securityContext/sysctls"),
+            json!([{"name": "kernel.msgmax", "value": "1"}]),
+            "privileged",
+        ),
+        (
+            "info",
+            leak("/serviceAccountName"),
+            json!("cluster-admin-sa"),
+            "serviceAccount=cluster-admin-sa",
+        ),
+        (
+            "info",
+            "/templateSpec/podSets/0/volumes",
+            json!([{"name": "root", "hostPath": {"path": "/"}}]),
+            "hostPath=/",
+        ),
+        (
+            "info",
+            "/templateSpec/podSets/0/containers/0/image",
+            json!("evil.example/miner:1"),
+            "image=evil.example/",
+        ),
+        (
+            "info",
+            "/templateSpec/podSets/0/containers/0/ports",
+            json!([{"containerPort": 22, "hostPort": 22}]),
+            "hostPorts",
+        ),
+        (
+            "trainjob",
+            "/spec/trainer/image",
+            json!("evil.example/miner:1"),
+            "image=evil.example/",
+        ),
+        (
+            "trainjob",
+            "/spec/runtimePatches",
+            json!([{"manager": "x", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": {"spec": {"hostIPC": true}}}}}]}}}}]),
+            "hostNamespaces",
+        ),
     ]
 }
 
@@ -556,8 +651,10 @@ fn emitted_pod_templates_are_held_to_the_same_rules() {
         json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "job"},
             "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": spec}}}}]}})
     };
-    let evil = jobset(json!({"hostPID": true, "containers": [{"name": "node", "image": "busybox",
-        "securityContext": {"privileged": true}}], "volumes": [{"name": "r", "hostPath": {"path": "/"}}]}));
+    let evil = jobset(
+        json!({"hostPID": true, "containers": [{"name": "node", "image": "busybox",
+        "securityContext": {"privileged": true}}], "volumes": [{"name": "r", "hostPath": {"path": "/"}}]}),
+    );
     let e = pipeline(vec![load(&rt, None, json!({"emit": [evil]}))]).unwrap_err();
     assert_eq!(e.reason(), "PodSecurity", "{e}");
     // What the runtime already had (its image) is not the plugin's doing.
@@ -637,11 +734,18 @@ fn wasi_buffers_and_stderr_are_bounded() {
     assert!(took < Duration::from_secs(2), "{took:?}");
     let (e, _) = attack(&rt, "stderr-flood", None);
     assert_eq!(e.reason(), "Trap", "{e}");
-    assert!(e.to_string().len() < 4 * bounded::MAX_MESSAGE_BYTES, "{}", e.to_string().len());
+    assert!(
+        e.to_string().len() < 4 * bounded::MAX_MESSAGE_BYTES,
+        "{}",
+        e.to_string().len()
+    );
     assert_good_plugin_still_works(&rt);
 }
 
-fn child_compiler_runtime(limits: CompileLimits, cache_dir: Option<std::path::PathBuf>) -> PluginRuntime {
+fn child_compiler_runtime(
+    limits: CompileLimits,
+    cache_dir: Option<std::path::PathBuf>,
+) -> PluginRuntime {
     PluginRuntime::new(RuntimeConfig {
         compiler: Compiler::Subprocess {
             program: env!("CARGO_BIN_EXE_trainforge").into(),
@@ -685,8 +789,14 @@ fn compilation_is_bounded_in_time_and_memory_and_blocks_nobody() {
         e.to_string().contains("memory") || e.to_string().contains("did not finish"),
         "{e}"
     );
-    assert!(slow_done < limits.timeout + Duration::from_secs(5), "{slow_done:?}");
-    assert!(good_done < slow_done, "the good plugin was not held up: {good_done:?} vs {slow_done:?}");
+    assert!(
+        slow_done < limits.timeout + Duration::from_secs(5),
+        "{slow_done:?}"
+    );
+    assert!(
+        good_done < slow_done,
+        "the good plugin was not held up: {good_done:?} vs {slow_done:?}"
+    );
 }
 
 #[test]
@@ -695,13 +805,20 @@ fn refused_components_leave_nothing_in_the_caches() {
     let rt = child_compiler_runtime(CompileLimits::default(), Some(dir.path().into()));
     let bytes = hostile_declaring(&json!({"name": "Not A Label"}));
     let digest = sha256_hex(&bytes);
-    let e = rt.load(PluginSource::new("bad.wasm", bytes.clone())).unwrap_err();
+    let e = rt
+        .load(PluginSource::new("bad.wasm", bytes.clone()))
+        .unwrap_err();
     assert_eq!(e.reason(), "InvalidDescriptor", "{e}");
     assert!(!rt.is_cached(&digest), "refused component evicted");
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no artifact on disk");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "no artifact on disk"
+    );
     // A good one stays cached.
     let good = hostile_bytes();
-    rt.load(PluginSource::new("good.wasm", good.clone())).unwrap();
+    rt.load(PluginSource::new("good.wasm", good.clone()))
+        .unwrap();
     assert!(rt.is_cached(&sha256_hex(&good)));
 }
 
@@ -724,7 +841,11 @@ fn descriptors_are_validated_and_bounded() {
         let e = rt.load(source(Some(d.clone()), json!({}))).unwrap_err();
         assert!(e.to_string().contains(text), "{d}: {e}");
         assert!(!e.to_string().contains('\n'), "{e:?}");
-        assert!(e.to_string().len() < 2 * bounded::MAX_MESSAGE_BYTES, "{}", e.to_string().len());
+        assert!(
+            e.to_string().len() < 2 * bounded::MAX_MESSAGE_BYTES,
+            "{}",
+            e.to_string().len()
+        );
         assert!(start.elapsed() < Duration::from_secs(3));
     }
 }
@@ -737,16 +858,26 @@ fn error_text_objects_and_warnings_are_bounded() {
     let (e, _) = attack(&rt, "huge-error", None);
     assert_eq!(e.reason(), "PluginError", "{e}");
     let text = e.to_string();
-    assert!(text.len() < bounded::MAX_MESSAGE_BYTES + 200, "{}", text.len());
+    assert!(
+        text.len() < bounded::MAX_MESSAGE_BYTES + 200,
+        "{}",
+        text.len()
+    );
     assert!(!text.contains('\n'), "no raw newline: {text}");
     let (e, _) = attack(&rt, "many-objects", None);
     assert_eq!(e.reason(), "InvalidOutput", "{e}");
     assert!(e.to_string().contains("2000 objects"), "{e}");
     let p = load(&rt, None, json!({"attack": "many-warnings"}));
-    let e = PluginSet::new(vec![p]).unwrap().validate(&trainjob(), None, &info()).unwrap_err();
+    let e = PluginSet::new(vec![p])
+        .unwrap()
+        .validate(&trainjob(), None, &info())
+        .unwrap_err();
     assert_eq!(e.reason(), "InvalidOutput", "{e}");
     let p = load(&rt, None, json!({"attack": "forged-warning"}));
-    let v = PluginSet::new(vec![p]).unwrap().validate(&trainjob(), None, &info()).unwrap();
+    let v = PluginSet::new(vec![p])
+        .unwrap()
+        .validate(&trainjob(), None, &info())
+        .unwrap();
     assert_eq!(v.warnings, ["ok\\nWarning: forged second warning"]);
 }
 
@@ -783,9 +914,16 @@ fn plugin_log_lines_cannot_forge_or_flood_the_log() {
             .unwrap();
     });
     let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
-    assert!(text.contains("innocent\\n"), "{}", &text[..text.len().min(500)]);
+    assert!(
+        text.contains("innocent\\n"),
+        "{}",
+        &text[..text.len().min(500)]
+    );
     for line in text.lines() {
-        assert!(!line.starts_with('{') && !line.contains("\u{1b}"), "forged line: {line}");
+        assert!(
+            !line.starts_with('{') && !line.contains("\u{1b}"),
+            "forged line: {line}"
+        );
     }
     assert!(
         text.len() < Limits::default().max_log_bytes + 64 * 1024,
@@ -797,8 +935,11 @@ fn plugin_log_lines_cannot_forge_or_flood_the_log() {
 #[test]
 fn a_well_behaved_plugin_next_to_hostile_ones_keeps_working() {
     let rt = short_deadline_runtime();
-    let mut hostile = source(None, json!({"attack": "loop", "set": [{"phase": "enforce-ml-policy",
-        "target": "trainjob", "pointer": "/metadata/namespace", "value": "kube-system"}]}));
+    let mut hostile = source(
+        None,
+        json!({"attack": "loop", "set": [{"phase": "enforce-ml-policy",
+        "target": "trainjob", "pointer": "/metadata/namespace", "value": "kube-system"}]}),
+    );
     hostile.failure_policy = FailurePolicy::Ignore;
     let bytes = std::fs::read(minimal_wasm()).unwrap();
     let good = rt.load(PluginSource::new("minimal.wasm", bytes)).unwrap();

@@ -189,28 +189,90 @@ fn run_refuses_every_containment_class_with_its_reason() {
     use serde_json::json;
     let pod = "/templateSpec/obj/replicatedJobs/0/template/spec/template/spec";
     let cases: Vec<(&str, Value, Value, Vec<&str>, &str)> = vec![
-        ("1 identity", json!({"name": "evil"}),
+        (
+            "1 identity",
+            json!({"name": "evil"}),
             json!({"set": [{"phase": "enforce-ml-policy", "target": "trainjob", "pointer": "/metadata/namespace", "value": "kube-system"}]}),
-            vec![], "IdentityChanged"),
-        ("1 foreign namespace", json!({"name": "evil"}),
+            vec![],
+            "IdentityChanged",
+        ),
+        (
+            "1 foreign namespace",
+            json!({"name": "evil"}),
             json!({"emit": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "kube-system"}}]}),
-            vec![], "ForbiddenObject"),
-        ("2 secret read", json!({"name": "evil", "reads": [["v1", "Secret"]]}), json!({}), vec![], "ForbiddenKind"),
-        ("3 lease", json!({"name": "evil", "emits": [["coordination.k8s.io/v1", "Lease"]]}), json!({}), vec![], "ForbiddenKind"),
-        ("3 undeclared", json!({"name": "evil"}),
+            vec![],
+            "ForbiddenObject",
+        ),
+        (
+            "2 secret read",
+            json!({"name": "evil", "reads": [["v1", "Secret"]]}),
+            json!({}),
+            vec![],
+            "ForbiddenKind",
+        ),
+        (
+            "3 lease",
+            json!({"name": "evil", "emits": [["coordination.k8s.io/v1", "Lease"]]}),
+            json!({}),
+            vec![],
+            "ForbiddenKind",
+        ),
+        (
+            "3 undeclared",
+            json!({"name": "evil"}),
             json!({"emit": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "victim"}}]}),
-            vec![], "ForbiddenObject"),
-        ("4 snapshot name", json!({"name": "evil"}),
+            vec![],
+            "ForbiddenObject",
+        ),
+        (
+            "4 snapshot name",
+            json!({"name": "evil"}),
             json!({"emit": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "job-runtime-snapshot"}}]}),
-            vec![], "ForbiddenObject"),
-        ("5 privileged", json!({"name": "evil"}),
+            vec![],
+            "ForbiddenObject",
+        ),
+        (
+            "5 privileged",
+            json!({"name": "evil"}),
             json!({"set": [{"phase": "pre-build", "target": "info", "pointer": format!("{pod}/containers/0/securityContext/privileged"), "value": true}]}),
-            vec![], "PodSecurity"),
-        ("6 sleep", json!({"name": "evil"}), json!({"attack": "sleep"}), vec![], "wait"),
-        ("6 loop in describe", json!({"name": "evil", "describe": "loop"}), json!({}), vec![], "Timeout"),
-        ("7 reserved name", json!({"name": "jobset"}), json!({}), vec![], "reserved"),
-        ("7 too many kinds", json!({"name": "evil", "generate_reads": 3000}), json!({}), vec![], "InvalidDescriptor"),
-        ("8 thousands of objects", json!({"name": "evil"}), json!({"attack": "many-objects"}), vec![], "InvalidOutput"),
+            vec![],
+            "PodSecurity",
+        ),
+        (
+            "6 sleep",
+            json!({"name": "evil"}),
+            json!({"attack": "sleep"}),
+            vec![],
+            "wait",
+        ),
+        (
+            "6 loop in describe",
+            json!({"name": "evil", "describe": "loop"}),
+            json!({}),
+            vec![],
+            "Timeout",
+        ),
+        (
+            "7 reserved name",
+            json!({"name": "jobset"}),
+            json!({}),
+            vec![],
+            "reserved",
+        ),
+        (
+            "7 too many kinds",
+            json!({"name": "evil", "generate_reads": 3000}),
+            json!({}),
+            vec![],
+            "InvalidDescriptor",
+        ),
+        (
+            "8 thousands of objects",
+            json!({"name": "evil"}),
+            json!({"attack": "many-objects"}),
+            vec![],
+            "InvalidOutput",
+        ),
     ];
     for (class, descriptor, config, extra, reason) in cases {
         let start = std::time::Instant::now();
@@ -218,11 +280,19 @@ fn run_refuses_every_containment_class_with_its_reason() {
         assert!(!ok, "{class}: refused, got {out}");
         assert!(err.contains(reason), "{class}: want {reason} in {err}");
         assert!(
-            ["evil", "jobset", "hostile.wasm"].iter().any(|n| err.contains(n)),
+            ["evil", "jobset", "hostile.wasm"]
+                .iter()
+                .any(|n| err.contains(n)),
             "{class}: names the plugin: {err}"
         );
-        assert!(err.lines().count() <= 3, "{class}: one bounded message: {err}");
-        assert!(start.elapsed() < std::time::Duration::from_secs(30), "{class}");
+        assert!(
+            err.lines().count() <= 3,
+            "{class}: one bounded message: {err}"
+        );
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "{class}"
+        );
     }
     // Granted by the administrator, the same plugins run.
     let (ok, out, err) = run_hostile(
@@ -233,7 +303,10 @@ fn run_refuses_every_containment_class_with_its_reason() {
     assert!(ok, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     let result = v["objects"][0]["data"]["result"].as_str().unwrap();
-    assert!(result.starts_with("denied") && result.contains("namespace"), "{result}");
+    assert!(
+        result.starts_with("denied") && result.contains("namespace"),
+        "{result}"
+    );
     let (ok, _, err) = run_hostile(
         json!({"name": "evil"}),
         json!({"set": [{"phase": "pre-build", "target": "info", "pointer": format!("{pod}/containers/0/securityContext/privileged"), "value": true}]}),

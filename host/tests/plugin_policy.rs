@@ -1,6 +1,6 @@
-//! What a plugin's configuration changes at run time (issue 6, runtime
-//! side): failure policy, emitted-kind narrowing, phase narrowing, the call
-//! observer, and sharing the runtime across threads.
+//! What a plugin's configuration changes at run time: failure policy,
+//! emitted-kind narrowing, phase narrowing, the call observer, and sharing
+//! the runtime across threads.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -48,14 +48,6 @@ fn bad_status(rt: &PluginRuntime, policy: FailurePolicy) -> LoadedPlugin {
     hostile_with(rt, Some(d), json!({"attack": "bad-status"}), policy)
 }
 
-fn info() -> Info {
-    Info::from_runtime_template(&runtime_json(), &trainjob()).unwrap()
-}
-
-fn runtime_json() -> serde_json::Value {
-    plugin_common::runtime()
-}
-
 fn greeting_env(info: &Info) -> Vec<String> {
     info.pod_set("node")
         .unwrap()
@@ -76,7 +68,11 @@ fn ignored_failures_become_warnings_and_the_pass_goes_on() {
             "name": "someone-elses-job", "uid": "other-uid", "controller": true}]}}]});
     for (config, phase, reason) in [
         (json!({"attack": "panic"}), "build", "Trap"),
-        (json!({"attack": "loop-enforce"}), "enforce-ml-policy", "Timeout"),
+        (
+            json!({"attack": "loop-enforce"}),
+            "enforce-ml-policy",
+            "Timeout",
+        ),
         (foreign_owner, "build", "ForbiddenObject"),
     ] {
         let attack = config.to_string();

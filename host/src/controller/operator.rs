@@ -156,7 +156,10 @@ pub async fn run(
         compiler,
         compile_limits: plugin::CompileLimits {
             timeout: Duration::from_secs(args.plugin_compile_timeout_seconds.max(1)),
-            memory_bytes: args.plugin_compile_memory_mib.max(64).saturating_mul(1 << 20),
+            memory_bytes: args
+                .plugin_compile_memory_mib
+                .max(64)
+                .saturating_mul(1 << 20),
         },
         ..RuntimeConfig::default()
     })?);

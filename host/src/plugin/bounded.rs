@@ -80,7 +80,10 @@ mod tests {
     fn escapes_and_cuts() {
         assert_eq!(sanitize("a\nb\r\tc", 100), "a\\nb\\r\\tc");
         assert_eq!(sanitize("\u{1b}[31mred", 100), "\\u{1b}[31mred");
-        assert_eq!(sanitize("x\u{2028}y\u{202e}z", 100), "x\\u{2028}y\\u{202e}z");
+        assert_eq!(
+            sanitize("x\u{2028}y\u{202e}z", 100),
+            "x\\u{2028}y\\u{202e}z"
+        );
         let long = "é".repeat(1000);
         let s = sanitize(&long, 10);
         assert!(s.starts_with("ééééé "), "{s}");

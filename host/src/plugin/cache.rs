@@ -64,10 +64,7 @@ impl Permits {
     fn acquire(&self) -> Permit<'_> {
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
         while *free == 0 {
-            free = self
-                .returned
-                .wait(free)
-                .unwrap_or_else(|p| p.into_inner());
+            free = self.returned.wait(free).unwrap_or_else(|p| p.into_inner());
         }
         *free -= 1;
         Permit(self)

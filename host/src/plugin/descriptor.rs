@@ -51,7 +51,8 @@ pub fn valid_kind(k: &KindRef) -> bool {
     let version_ok = |v: &str| {
         v.len() <= 63
             && v.starts_with('v')
-            && v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            && v.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
     };
     let api_ok = match k.api_version.split_once('/') {
         None => version_ok(&k.api_version),
@@ -209,40 +210,114 @@ mod tests {
     #[test]
     fn refuses_each_bad_field() {
         let cases: Vec<(Descriptor, &str)> = vec![
-            (Descriptor { name: "x".repeat(300), ..good() }, "DNS label"),
-            (Descriptor { name: "Evil\nINFO forged".into(), ..good() }, "DNS label"),
-            (Descriptor { name: "jobset".into(), ..good() }, "reserved"),
-            (Descriptor { version: "1 2".into(), ..good() }, "version"),
-            (Descriptor { version: "v".repeat(65), ..good() }, "version"),
-            (Descriptor { wit_version: "9.0.0".into(), ..good() }, "IncompatibleInterface"),
-            (Descriptor { policy_keys: vec!["spec.evil".into()], ..good() }, "policy key"),
-            (Descriptor { policy_keys: vec!["mlPolicy.x".into(); 17], ..good() }, "policy keys"),
-            (Descriptor { phases: vec!["build".into(); 17], ..good() }, "phase"),
             (
                 Descriptor {
-                    reads: (0..17).map(|i| KindRef::new("v1", format!("K{i}"))).collect(),
+                    name: "x".repeat(300),
+                    ..good()
+                },
+                "DNS label",
+            ),
+            (
+                Descriptor {
+                    name: "Evil\nINFO forged".into(),
+                    ..good()
+                },
+                "DNS label",
+            ),
+            (
+                Descriptor {
+                    name: "jobset".into(),
+                    ..good()
+                },
+                "reserved",
+            ),
+            (
+                Descriptor {
+                    version: "1 2".into(),
+                    ..good()
+                },
+                "version",
+            ),
+            (
+                Descriptor {
+                    version: "v".repeat(65),
+                    ..good()
+                },
+                "version",
+            ),
+            (
+                Descriptor {
+                    wit_version: "9.0.0".into(),
+                    ..good()
+                },
+                "IncompatibleInterface",
+            ),
+            (
+                Descriptor {
+                    policy_keys: vec!["spec.evil".into()],
+                    ..good()
+                },
+                "policy key",
+            ),
+            (
+                Descriptor {
+                    policy_keys: vec!["mlPolicy.x".into(); 17],
+                    ..good()
+                },
+                "policy keys",
+            ),
+            (
+                Descriptor {
+                    phases: vec!["build".into(); 17],
+                    ..good()
+                },
+                "phase",
+            ),
+            (
+                Descriptor {
+                    reads: (0..17)
+                        .map(|i| KindRef::new("v1", format!("K{i}")))
+                        .collect(),
                     ..good()
                 },
                 "reads",
             ),
             (
                 Descriptor {
-                    emits: (0..12).map(|i| KindRef::new("v1", format!("E{i}"))).collect(),
-                    reads: (0..12).map(|i| KindRef::new("v1", format!("R{i}"))).collect(),
-                    watches: (0..4).map(|i| KindRef::new("v1", format!("W{i}"))).collect(),
+                    emits: (0..12)
+                        .map(|i| KindRef::new("v1", format!("E{i}")))
+                        .collect(),
+                    reads: (0..12)
+                        .map(|i| KindRef::new("v1", format!("R{i}")))
+                        .collect(),
+                    watches: (0..4)
+                        .map(|i| KindRef::new("v1", format!("W{i}")))
+                        .collect(),
                     ..good()
                 },
                 "distinct",
             ),
             (
-                Descriptor { emits: vec![KindRef::new("v1", "config map")], ..good() },
+                Descriptor {
+                    emits: vec![KindRef::new("v1", "config map")],
+                    ..good()
+                },
                 "invalid kind",
             ),
             (
-                Descriptor { emits: vec![KindRef::new("Evil_Group/v1", "X")], ..good() },
+                Descriptor {
+                    emits: vec![KindRef::new("Evil_Group/v1", "X")],
+                    ..good()
+                },
                 "invalid kind",
             ),
-            (Descriptor { capabilities: vec!["c".into(); 9], ..good() }, "capabilities"),
+            (
+                Descriptor {
+                    capabilities: vec!["c".into(); 9],
+                    ..good()
+                },
+                "capabilities",
+            ),
         ];
         for (d, want) in cases {
             let got = reason(d);

@@ -60,7 +60,9 @@ pub enum Error {
     },
     /// A phase changed which TrainJob it acts for (its identity fields in
     /// the in-memory TrainJob).
-    #[error("plugin {plugin}: IdentityChanged: {phase} changed the TrainJob's {field}; plugins act only on the TrainJob they were called for")]
+    #[error(
+        "plugin {plugin}: IdentityChanged: {phase} changed the TrainJob's {field}; plugins act only on the TrainJob they were called for"
+    )]
     IdentityChanged {
         /// Plugin name.
         plugin: String,

@@ -164,9 +164,7 @@ pub fn effective_emits(
         }
         match emit_rule(k) {
             KindRule::Never(what) => {
-                return Err(format!(
-                    "declares emits {k}: plugins may never emit {what}"
-                ));
+                return Err(format!("declares emits {k}: plugins may never emit {what}"));
             }
             KindRule::Explicit(why) if !listed => {
                 return Err(format!(
@@ -262,11 +260,18 @@ mod tests {
             effective_emits(&declared, Some(&only_cm)).unwrap(),
             only_cm.to_vec()
         );
-        assert_eq!(effective_emits(&declared, Some(&declared)).unwrap().len(), 2);
+        assert_eq!(
+            effective_emits(&declared, Some(&declared)).unwrap().len(),
+            2
+        );
         let lease = [k("coordination.k8s.io/v1", "Lease")];
         assert!(effective_emits(&lease, Some(&lease)).is_err(), "never");
         let cluster = [k("example.com/v1", "ClusterQueue")];
-        assert!(effective_emits(&cluster, None).unwrap_err().contains("cluster-scoped"));
+        assert!(
+            effective_emits(&cluster, None)
+                .unwrap_err()
+                .contains("cluster-scoped")
+        );
     }
 
     #[test]
@@ -275,7 +280,11 @@ mod tests {
         assert!(effective_reads(&secret, None).is_err());
         assert_eq!(effective_reads(&secret, Some(&secret)).unwrap().len(), 1);
         let pc = [k("scheduling.k8s.io/v1", "PriorityClass")];
-        assert!(effective_reads(&pc, None).unwrap_err().contains("cluster-scoped"));
+        assert!(
+            effective_reads(&pc, None)
+                .unwrap_err()
+                .contains("cluster-scoped")
+        );
         assert!(effective_reads(&pc, Some(&pc)).is_ok());
         let cm = [k("v1", "ConfigMap")];
         assert_eq!(effective_reads(&cm, None).unwrap(), cm.to_vec());

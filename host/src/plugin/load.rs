@@ -63,8 +63,7 @@ impl PluginRuntime {
         let mut linker = Linker::<CallState>::new(&engine.engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| Error::Host(format!("linking WASI: {e:#}")))?;
-        deny_waiting(&mut linker)
-            .map_err(|e| Error::Host(format!("linking WASI poll: {e:#}")))?;
+        deny_waiting(&mut linker).map_err(|e| Error::Host(format!("linking WASI poll: {e:#}")))?;
         WitPlugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
             .map_err(|e| Error::Host(format!("linking host imports: {e:#}")))?;
         let cache = ArtifactCache::new(
@@ -278,9 +277,7 @@ impl PluginRuntime {
             descriptor::check(label, &d, src.builtin, &builtin::names())?;
             Ok(d)
         });
-        let observed_name = descriptor
-            .as_ref()
-            .map_or(label, |d| d.name.as_str());
+        let observed_name = descriptor.as_ref().map_or(label, |d| d.name.as_str());
         self.observer.notify(
             observed_name,
             "describe",

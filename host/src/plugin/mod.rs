@@ -57,15 +57,18 @@ mod source;
 
 pub use cache::{CacheOutcome, sha256_hex};
 pub use call::{LoadedPlugin, PhaseInput, ValidateInput};
+pub use compile::{CompileLimits, Compiler};
 pub use engine::{Limits, RuntimeConfig};
 pub use error::Error;
-pub use observe::{CallObserver, FailurePolicy};
-pub use compile::{CompileLimits, Compiler};
 pub use load::{DESCRIBE_TIMEOUT, PluginRuntime, wit_compatible};
+pub use observe::CallObserver;
 pub use output_check::Owner;
 pub use pod_policy::PodGrants;
+pub use sandbox::{CallScope, Grants};
 pub use set::{PluginFieldError, PluginSet, ReconcileOutput, StatusOutput, ValidateOutput};
 pub use source::{
     FileError, NoObjects, ObjectSource, PluginSource, StaticObjects, read_component_file,
 };
-pub use sandbox::{CallScope, Grants};
+/// What a pass does when one plugin fails: the `failurePolicy` of its
+/// `ClusterTrainerPlugin`.
+pub use trainforge_api::trainforge::v1alpha1::FailurePolicy;

@@ -66,8 +66,7 @@ impl Owner {
                 .map(str::to_owned)
         };
         Ok(Owner {
-            namespace: s("/metadata/namespace")
-                .ok_or("the TrainJob has no metadata.namespace")?,
+            namespace: s("/metadata/namespace").ok_or("the TrainJob has no metadata.namespace")?,
             name: s("/metadata/name").ok_or("the TrainJob has no metadata.name")?,
             uid: s("/metadata/uid"),
         })
@@ -264,8 +263,7 @@ fn check_object(
             "service-account token Secrets would mint credentials".into(),
         ));
     }
-    if o
-        .pointer("/metadata/finalizers")
+    if o.pointer("/metadata/finalizers")
         .is_some_and(|f| !f.is_null() && f.as_array().is_none_or(|a| !a.is_empty()))
     {
         return Err(forbidden(
@@ -273,7 +271,10 @@ fn check_object(
             "finalizers would keep the object (and its namespace) from being deleted".into(),
         ));
     }
-    if let Some(refs) = o.pointer("/metadata/ownerReferences").filter(|r| !r.is_null()) {
+    if let Some(refs) = o
+        .pointer("/metadata/ownerReferences")
+        .filter(|r| !r.is_null())
+    {
         let refs = refs
             .as_array()
             .ok_or_else(|| invalid("ownerReferences is not a list".into()))?;
@@ -349,7 +350,10 @@ mod tests {
 
     #[test]
     fn defaults_namespace_and_writes_the_one_owner_reference() {
-        let out = check(cm(json!({"name": "x", "uid": "forged", "resourceVersion": "9"}))).unwrap();
+        let out = check(cm(
+            json!({"name": "x", "uid": "forged", "resourceVersion": "9"}),
+        ))
+        .unwrap();
         let meta = &out[0]["metadata"];
         assert_eq!(meta["namespace"], "team-a");
         assert_eq!(meta["ownerReferences"], json!([owner().reference()]));
@@ -359,10 +363,7 @@ mod tests {
         let out = check(cm(json!({"name": "x", "ownerReferences": [
             {"apiVersion": "trainer.kubeflow.org/v1", "kind": "TrainJob", "name": "job", "uid": "u1", "controller": false}]})))
         .unwrap();
-        assert_eq!(
-            out[0]["metadata"]["ownerReferences"][0]["controller"],
-            true
-        );
+        assert_eq!(out[0]["metadata"]["ownerReferences"][0]["controller"], true);
     }
 
     #[test]

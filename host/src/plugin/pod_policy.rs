@@ -280,7 +280,10 @@ fn security_context(sc: &Value, container: &str, out: &mut BTreeSet<Privilege>) 
     if sc.get("privileged").and_then(Value::as_bool) == Some(true) {
         out.insert(Privilege::Privileged { container: c() });
     }
-    if let Some(add) = sc.pointer_in("capabilities", "add").and_then(Value::as_array) {
+    if let Some(add) = sc
+        .pointer_in("capabilities", "add")
+        .and_then(Value::as_array)
+    {
         for cap in add {
             let name = normalize_cap(cap.as_str().unwrap_or_default());
             if !BASELINE_CAPABILITIES.contains(&name.as_str()) {
@@ -301,7 +304,9 @@ fn security_context(sc: &Value, container: &str, out: &mut BTreeSet<Privilege>) 
     }
     if let Some(se) = sc.get("seLinuxOptions").and_then(Value::as_object) {
         let s = |k: &str| se.get(k).and_then(Value::as_str).unwrap_or_default();
-        if !BASELINE_SELINUX_TYPES.contains(&s("type")) || !s("user").is_empty() || !s("role").is_empty()
+        if !BASELINE_SELINUX_TYPES.contains(&s("type"))
+            || !s("user").is_empty()
+            || !s("role").is_empty()
         {
             out.insert(Privilege::Other(format!(
                 "seLinuxOptions {} on {container:?}",
@@ -316,7 +321,11 @@ fn security_context(sc: &Value, container: &str, out: &mut BTreeSet<Privilege>) 
             )));
         }
     }
-    if sc.pointer_in("windowsOptions", "hostProcess").and_then(Value::as_bool) == Some(true) {
+    if sc
+        .pointer_in("windowsOptions", "hostProcess")
+        .and_then(Value::as_bool)
+        == Some(true)
+    {
         out.insert(Privilege::Other("windowsOptions.hostProcess".to_owned()));
     }
     if let Some(sysctls) = sc.get("sysctls").and_then(Value::as_array) {
@@ -429,7 +438,10 @@ mod tests {
                 "spec": {"hostNetwork": true}}}}}]}}}}]}});
         let p = privileges(&tj);
         assert!(p.contains(&Privilege::HostNamespace("hostNetwork")));
-        assert!(p.iter().any(|x| matches!(x, Privilege::Other(s) if s.contains("AppArmor"))));
+        assert!(
+            p.iter()
+                .any(|x| matches!(x, Privilege::Other(s) if s.contains("AppArmor")))
+        );
     }
 
     #[test]

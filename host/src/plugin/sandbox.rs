@@ -297,7 +297,9 @@ impl host::Host for CallState {
         }
         self.reads += 1;
         if !self.plugin.reads.contains(&kind) {
-            return denied(format!("{kind} is not among the kinds this plugin may read"));
+            return denied(format!(
+                "{kind} is not among the kinds this plugin may read"
+            ));
         }
         let namespaced = self
             .objects

@@ -18,8 +18,9 @@
 //!   (`ForbiddenObject`), whichever plugins emitted them.
 
 use super::Error;
+use super::FailurePolicy;
 use super::call::{LoadedPlugin, PhaseInput, ValidateInput};
-use super::observe::{FailurePolicy, ignored_warning};
+use super::observe::ignored_warning;
 use super::output_check::{Owner, describe};
 use super::pod_policy::{Privilege, privileges};
 use super::sandbox::CallScope;
@@ -229,8 +230,12 @@ impl PluginSet {
         let mut out = ValidateOutput::default();
         let scope = scope_of_json(&input.trainjob);
         for p in self.plugins.iter().filter(|p| p.calls(Phase::Validate)) {
-            let Some(v) =
-                per_policy(p, Phase::Validate, p.validate(input, &scope), &mut out.ignored)?
+            let Some(v) = per_policy(
+                p,
+                Phase::Validate,
+                p.validate(input, &scope),
+                &mut out.ignored,
+            )?
             else {
                 continue;
             };

@@ -2,8 +2,8 @@
 //! of cluster objects it is given ([`ObjectSource`]).
 
 use super::Error;
+use super::FailurePolicy;
 use super::engine::Limits;
-use super::observe::FailurePolicy;
 use super::sandbox::Grants;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -194,7 +194,9 @@ pub fn read_component_file(path: &Path, max_bytes: usize) -> Result<Vec<u8>, Fil
         return Err(too_large());
     }
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    let limit = u64::try_from(max_bytes).unwrap_or(u64::MAX).saturating_add(1);
+    let limit = u64::try_from(max_bytes)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
     file.take(limit).read_to_end(&mut bytes).map_err(io)?;
     if bytes.len() > max_bytes {
         return Err(too_large());
@@ -242,7 +244,9 @@ mod tests {
     fn static_objects_know_scope_from_their_objects() {
         let mut s = StaticObjects::default();
         s.insert(&serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}}));
-        s.insert(&serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}));
+        s.insert(
+            &serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}),
+        );
         assert_eq!(s.namespaced(&KindRef::new("v1", "ConfigMap")), Some(true));
         assert_eq!(s.namespaced(&KindRef::new("v1", "Node")), Some(false));
         assert_eq!(s.namespaced(&KindRef::new("v1", "Secret")), None);

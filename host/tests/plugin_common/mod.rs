@@ -107,6 +107,14 @@ pub fn runtime() -> serde_json::Value {
     })
 }
 
+/// The info the operator builds for [`trainjob`] on [`runtime`] (the SDK's
+/// fixture, which calls the operator's builder).
+pub fn info() -> trainforge_api::plugin::Info {
+    trainforge_sdk::testing::RuntimeFixture::new(runtime())
+        .info_for(&trainjob())
+        .unwrap()
+}
+
 /// A plugin runtime with a 300 ms call deadline (hostile loops end fast).
 pub fn short_deadline_runtime() -> trainforge::plugin::PluginRuntime {
     use trainforge::plugin::{Limits, PluginRuntime, RuntimeConfig};
@@ -165,9 +173,15 @@ pub fn hostile_declaring(descriptor: &serde_json::Value) -> Vec<u8> {
 /// `targets` merge points a parameter per live local). Small on disk.
 pub fn slow_to_compile_component(targets: usize, locals: usize) -> Vec<u8> {
     let mut f = String::new();
-    f.push_str(&format!("(func (param i32) (result i64) (local i64 {})\n", "i64 ".repeat(locals)));
+    f.push_str(&format!(
+        "(func (param i32) (result i64) (local i64 {})\n",
+        "i64 ".repeat(locals)
+    ));
     for i in 0..locals {
-        f.push_str(&format!("(local.set {} (i64.extend_i32_u (local.get 0)))\n", i + 1));
+        f.push_str(&format!(
+            "(local.set {} (i64.extend_i32_u (local.get 0)))\n",
+            i + 1
+        ));
     }
     for _ in 0..targets {
         f.push_str("(block\n");
@@ -178,7 +192,11 @@ pub fn slow_to_compile_component(targets: usize, locals: usize) -> Vec<u8> {
     }
     f.push_str("0 (local.get 0))\n");
     for i in 0..targets {
-        f.push_str(&format!(")(local.set {} (i64.add (local.get {}) (i64.const 1)))\n", (i % locals) + 1, (i % locals) + 1));
+        f.push_str(&format!(
+            ")(local.set {} (i64.add (local.get {}) (i64.const 1)))\n",
+            (i % locals) + 1,
+            (i % locals) + 1
+        ));
     }
     f.push_str("(i64.const 0)");
     for i in 0..locals {

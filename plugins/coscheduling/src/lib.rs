@@ -1,5 +1,5 @@
 //! CoScheduling: gang scheduling with scheduler-plugins (Kubeflow Trainer's
-//! `plugins/coscheduling`, spec §3.5). Runs when the runtime has
+//! `plugins/coscheduling`). Runs when the runtime has
 //! `podGroupPolicy.coscheduling`.
 //!
 //! - **enforce-pod-group-policy**: pod label

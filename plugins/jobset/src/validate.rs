@@ -1,5 +1,5 @@
-//! CustomValidation of the JobSet plugin (admission), spec §3.4, with the
-//! upstream messages, plus Trainforge's warning for `spec.trainer` on a
+//! CustomValidation of the JobSet plugin (admission), with the upstream
+//! messages, plus Trainforge's warning for `spec.trainer` on a
 //! runtime without a trainer-labelled job.
 
 use serde::Deserialize;

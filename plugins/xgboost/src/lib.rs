@@ -1,4 +1,4 @@
-//! XGBoost (spec §3.8): when the runtime's `mlPolicy.xgboost` is set and a
+//! XGBoost (Kubeflow Trainer's `plugins/xgboost`): when the runtime's `mlPolicy.xgboost` is set and a
 //! trainer pod set exists, its count becomes `trainer.numNodes`, and (with
 //! `spec.trainer` and a `node` container) the Rabit/collective tracker
 //! settings are upserted: `DMLC_TRACKER_URI` = `<job>-node-0-0.<job>`,

@@ -17,9 +17,9 @@ use trainforge_api::trainforge::v1alpha1::{
     ClusterTrainerPlugin, ClusterTrainerPluginSpec, reason,
 };
 
-use super::state::{Attempt, PluginCatalog, Serving, Stage};
 use super::fetch::{FetchError, Fetcher};
 use super::spec::{options, plugin_source};
+use super::state::{Attempt, PluginCatalog, Serving, Stage};
 use super::{Error, status};
 
 use crate::plugin::sha256_hex;
@@ -67,7 +67,10 @@ pub async fn run_with(
     if let Some(sel) = &opts.label_selector {
         wc = wc.labels(sel);
     }
-    let fetcher = Fetcher::new(client.clone(), catalog.runtime().config().max_component_bytes)?;
+    let fetcher = Fetcher::new(
+        client.clone(),
+        catalog.runtime().config().max_component_bytes,
+    )?;
     let (store, writer) = reflector::store::<ClusterTrainerPlugin>();
 
     // Deletions leave the catalog straight from the watch (the controller
@@ -328,7 +331,13 @@ async fn attempt(
             return (Attempt::failed(generation, done, r, m), None);
         }
     };
-    let serving = Serving::new(plugin, spec.clone(), generation, opts.order, opts.phases.as_deref());
+    let serving = Serving::new(
+        plugin,
+        spec.clone(),
+        generation,
+        opts.order,
+        opts.phases.as_deref(),
+    );
     let mut message = format!(
         "plugin {} {} (WIT {})",
         serving.described.name, serving.described.version, serving.described.wit_version

@@ -57,7 +57,9 @@ pub(crate) async fn admit(
             if emits.contains(kind) {
                 return Err((
                     reason::FORBIDDEN_KIND,
-                    format!("emits {kind}, which is cluster-scoped: plugins emit namespaced objects only"),
+                    format!(
+                        "emits {kind}, which is cluster-scoped: plugins emit namespaced objects only"
+                    ),
                 ));
             }
             if !explicit_reads.contains(kind) {

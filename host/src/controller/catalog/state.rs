@@ -16,7 +16,6 @@ use tokio::sync::watch;
 use trainforge_api::plugin::{KindRef, Phase};
 use trainforge_api::trainforge::v1alpha1::{ClusterTrainerPluginSpec, DescribedPlugin, reason};
 
-use super::spec::kind_reference;
 use crate::plugin::{LoadedPlugin, ObjectSource, PluginRuntime, PluginSet};
 
 /// Outcome of one stage (`Fetched`, `Verified`, `Compiled`) of an attempt.
@@ -145,8 +144,8 @@ impl Serving {
             version: d.version.clone(),
             wit_version: d.wit_version.clone(),
             phases: called.iter().map(|p| p.as_str().to_owned()).collect(),
-            emits: emits.iter().map(kind_reference).collect(),
-            reads: reads.iter().map(kind_reference).collect(),
+            emits: emits.iter().cloned().collect(),
+            reads: reads.iter().cloned().collect(),
         };
         Serving {
             status_phase: called.contains(&Phase::Status),
@@ -404,13 +403,17 @@ impl PluginCatalog {
             let outcome = loop {
                 match clash(&state, name, &c) {
                     Ok(()) => break Ok(()),
-                    Err(Clash { other, reason, message })
-                        if !displaced && precedence(name, &c) < state.precedence_of(&other) =>
-                    {
+                    Err(Clash {
+                        other,
+                        reason,
+                        message,
+                    }) if !displaced && precedence(name, &c) < state.precedence_of(&other) => {
                         self.displace(&mut state, &other, name, &c, reason, &message);
                         displaced = true;
                     }
-                    Err(Clash { reason, message, .. }) => break Err((reason, message)),
+                    Err(Clash {
+                        reason, message, ..
+                    }) => break Err((reason, message)),
                 }
             };
             match outcome {
@@ -473,13 +476,21 @@ impl PluginCatalog {
             lost.plugin.name()
         );
         tracing::warn!(plugin = %other, %message, "plugin displaced");
-        let generation = entry.attempt.as_ref().map_or(lost.generation, |a| a.generation);
+        let generation = entry
+            .attempt
+            .as_ref()
+            .map_or(lost.generation, |a| a.generation);
         let done = entry
             .attempt
             .as_ref()
             .map(|a| vec![a.stages[0].clone(), a.stages[1].clone()])
             .unwrap_or_default();
-        entry.attempt = Some(Attempt::failed(generation, done, reason::DISPLACED, message));
+        entry.attempt = Some(Attempt::failed(
+            generation,
+            done,
+            reason::DISPLACED,
+            message,
+        ));
         let _ = self.kicks.send(other.to_owned());
     }
 

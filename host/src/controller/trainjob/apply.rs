@@ -241,7 +241,10 @@ pub async fn apply(
     let ssa = |precondition: (&str, &str)| {
         let mut body = object.clone();
         if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.insert(precondition.0.to_owned(), Value::String(precondition.1.to_owned()));
+            meta.insert(
+                precondition.0.to_owned(),
+                Value::String(precondition.1.to_owned()),
+            );
         }
         let api = api.clone();
         async move {
@@ -255,7 +258,10 @@ pub async fn apply(
     };
     debug!(%kind, %namespace, %name, exists = live.is_some(), "server-side apply");
     let (applied, outcome) = match live.and_then(|l| l.metadata.uid.as_deref()) {
-        Some(uid) => (ssa(("uid", uid)).await.map_err(api_error)?, Outcome::Updated),
+        Some(uid) => (
+            ssa(("uid", uid)).await.map_err(api_error)?,
+            Outcome::Updated,
+        ),
         None => match ssa(("resourceVersion", CREATE_ONLY)).await {
             Ok(created) => (created, Outcome::Created),
             // It exists after all (the cache is behind): ours, or a collision.
@@ -272,7 +278,10 @@ pub async fn apply(
                     return Err(collision(holder));
                 }
                 let uid = current.metadata.uid.clone().unwrap_or_default();
-                (ssa(("uid", &uid)).await.map_err(api_error)?, Outcome::Updated)
+                (
+                    ssa(("uid", &uid)).await.map_err(api_error)?,
+                    Outcome::Updated,
+                )
             }
             Err(e) => return Err(api_error(e)),
         },
