@@ -5,7 +5,7 @@ use pretty_assertions::assert_eq;
 use trainforge_sdk::k8s_openapi::api::core::v1::{
     ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, Volume, VolumeMount,
 };
-use trainforge_sdk::testing::{Harness, MockHost};
+use trainforge_sdk::testing::{Harness, MockHost, RuntimeFixture};
 use trainforge_sdk::{ANCESTOR_LABEL, Container, FieldErrorType, PodSet};
 
 const INDEX_PATH: &str = "metadata.annotations['batch.kubernetes.io/job-completion-index']";
@@ -255,7 +255,7 @@ fn initializer_info() -> Info {
         job("node", "trainer", json!({"name": "node", "image": "torch", "command": ["torchrun"],
             "args": ["a"], "env": [{"name": "RUNTIME", "value": "1"}, {"name": "SHARED", "value": "runtime"}]}))
     ]}}}});
-    Info::from_runtime_template(&runtime, &json!({})).expect("runtime")
+    RuntimeFixture::new(runtime).info().expect("runtime")
 }
 
 #[test]
@@ -381,7 +381,7 @@ fn trainer_env_reaches_the_mpi_node_job_with_run_launcher_as_node() {
             "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "mpi"}]}}}}},
         {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [{"name": "node", "image": "mpi"}]}}}}}
     ]}}}});
-    let info = Info::from_runtime_template(&runtime, &json!({})).expect("runtime");
+    let info = RuntimeFixture::new(runtime).info().expect("runtime");
     let (_, objs) = run(
         trainjob(json!({"trainer": {"env": [{"name": "A", "value": "1"}]}})),
         info,
@@ -410,7 +410,8 @@ fn chain_runtime(extra: Value) -> Info {
     if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
         s.extend(e.clone());
     }
-    Info::from_runtime_template(&json!({"spec": {"template": {"spec": spec}}}), &json!({}))
+    RuntimeFixture::new(json!({"spec": {"template": {"spec": spec}}}))
+        .info()
         .expect("runtime")
 }
 
@@ -471,7 +472,7 @@ fn pod_set_env_order_is_kept_so_references_expand() {
             "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "torch",
                 "env": [{"name": "A", "value": "1"}, {"name": "NODES", "value": "$(PET_NNODES)"}]}]}}}}}
     ]}}}});
-    let mut info = Info::from_runtime_template(&runtime, &json!({})).expect("runtime");
+    let mut info = RuntimeFixture::new(runtime).info().expect("runtime");
     let node = &mut info.template_spec.pod_sets[0].containers[0];
     node.env = vec![
         env("A", "1"),
@@ -546,7 +547,7 @@ fn multi_node_info() -> Info {
         "podGroupPolicy": {"coscheduling": {"scheduleTimeoutSeconds": 300}},
         "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"parallelism": 1,
             "template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.0.0", "command": ["torchrun"]}]}}}}}]}}}});
-    Info::from_runtime_template(&runtime, &json!({})).expect("runtime")
+    RuntimeFixture::new(runtime).info().expect("runtime")
 }
 
 #[test]
@@ -586,7 +587,7 @@ fn trainjob_full_initializers_without_initializer_jobs() {
     let runtime = json!({"spec": {"mlPolicy": {"torch": {}}, "template": {"spec": {"replicatedJobs": [
         {"name": "node", "template": {"metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
             "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "t"}]}}}}}]}}}});
-    let info = Info::from_runtime_template(&runtime, &json!({})).expect("runtime");
+    let info = RuntimeFixture::new(runtime).info().expect("runtime");
     let tj = trainjob(
         json!({"initializer": {"dataset": {"storageUri": "s3://a"}, "model": {"storageUri": "s3://b"}},
                              "trainer": {"numNodes": 4}}),

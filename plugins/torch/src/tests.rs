@@ -6,7 +6,7 @@ use super::*;
 use crate::env::tests::container_env;
 use pretty_assertions::assert_eq;
 use trainforge_sdk::ANCESTOR_LABEL;
-use trainforge_sdk::testing::{Harness, Outcome};
+use trainforge_sdk::testing::{Harness, Outcome, RuntimeFixture};
 
 const RANK: &str = "fieldRef:metadata.annotations['batch.kubernetes.io/job-completion-index']";
 
@@ -24,21 +24,11 @@ fn node(resources: Value) -> Value {
     json!({"name": "node", "image": "pytorch", "command": ["torchrun", "train.py"], "resources": resources})
 }
 
-/// The info as the host builds it: the trainer count is `mlPolicy.numNodes` (default 1).
+/// The info the operator builds (the trainer count is `mlPolicy.numNodes`).
 fn host_info(runtime: &Value) -> Info {
-    let mut info = Info::from_runtime_template(runtime, &json!({})).expect("valid runtime");
-    let n = runtime
-        .pointer("/spec/mlPolicy/numNodes")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
-    if runtime
-        .pointer("/spec/mlPolicy")
-        .is_some_and(|p| !p.is_null())
-        && let Some(ps) = info.pod_set_by_ancestor_mut("trainer")
-    {
-        ps.count = Some(i32::try_from(n).expect("small"));
-    }
-    info
+    RuntimeFixture::new(runtime.clone())
+        .info()
+        .expect("valid runtime")
 }
 
 fn trainjob(name: &str, runtime_name: &str, trainer: Option<Value>) -> Value {
