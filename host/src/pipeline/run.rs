@@ -13,7 +13,7 @@
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::Value;
-use tracing::{info_span, warn};
+use tracing::info_span;
 use trainforge_api::plugin::{FieldError, Info};
 use trainforge_api::trainer::v1alpha1::constants::{
     API_VERSION, CLUSTER_TRAINING_RUNTIME_KIND, DEFAULT_RUNTIME_API_GROUP, DEFAULT_RUNTIME_KIND,
@@ -209,9 +209,8 @@ pub fn run(
     let mut objects = vec![snapshot_config_map(job, runtime)?];
     objects.extend(out.objects);
     objects.sort_by_key(apply_rank);
-    for w in &warnings {
-        warn!(warning = %w, "TrainJob warning");
-    }
+    // The warnings are returned, not logged: each caller reports them once
+    // (`render` on stderr, the controller in its log).
     Ok(Rendered {
         objects,
         warnings,

@@ -106,7 +106,7 @@ mod tests {
     use trainforge_sdk::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use trainforge_sdk::testing::{Harness, RuntimeFixture};
 
-    /// The brief's `clustertrainingruntime-multi-node.yaml` with the
+    /// The product example `clustertrainingruntime-multi-node.yaml` with the
     /// trainer label added, after the host set numNodes 4 and 8 GPUs.
     fn info(policy: Value) -> Info {
         let runtime = json!({"spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "podGroupPolicy": policy,

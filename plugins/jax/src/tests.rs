@@ -1,4 +1,4 @@
-//! Unit tests of JAX (spec §3.7).
+//! Unit tests of JAX, one per rule (see the crate docs).
 
 use super::*;
 use pretty_assertions::assert_eq;

@@ -33,7 +33,7 @@ fn trainjob(spec: Value) -> Value {
 }
 
 /// The info the host and the Torch plugin hand to the JobSet plugin in the
-/// worked example (spec §2.9): runtime `torch-distributed`, numNodes 2,
+/// worked example: runtime `torch-distributed`, numNodes 2,
 /// `resourcesPerNode.limits: {nvidia.com/gpu: 4}` merged by the host.
 fn worked_example_info() -> Info {
     let obj = json!({"replicatedJobs": [{
@@ -239,7 +239,7 @@ fn status_not_found_rule() {
     assert!(matches!(p.status(&ctx), Err(PluginError::Unavailable(_))));
 }
 
-/// Runtime with initializers + trainer, as in the brief's
+/// Runtime with initializers + trainer, as in the product example
 /// `clustertrainingruntime-with-initializer.yaml`.
 fn initializer_info() -> Info {
     let job = |name: &str, ancestor: &str, container: Value| {
@@ -541,7 +541,7 @@ fn details(v: &Validation) -> Vec<String> {
         .collect()
 }
 
-/// The brief's `clustertrainingruntime-multi-node.yaml` (no ancestor label).
+/// The product example `clustertrainingruntime-multi-node.yaml` (no ancestor label).
 fn multi_node_info() -> Info {
     let runtime = json!({"spec": {"mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}},
         "podGroupPolicy": {"coscheduling": {"scheduleTimeoutSeconds": 300}},
@@ -552,7 +552,7 @@ fn multi_node_info() -> Info {
 
 #[test]
 fn warns_when_trainer_settings_cannot_apply() {
-    // The brief's trainjob-minimal.yaml.
+    // The product example trainjob-minimal.yaml.
     let tj = json!({"metadata": {"name": "pytorch-distributed", "namespace": "default"}, "spec": {
         "runtimeRef": {"name": "torch-distributed-multi-node", "kind": "ClusterTrainingRuntime"},
         "trainer": {"image": "pytorch/pytorch:2.0.0", "numNodes": 4, "numProcPerNode": "auto",
@@ -582,7 +582,7 @@ fn warns_when_trainer_settings_cannot_apply() {
 
 #[test]
 fn trainjob_full_initializers_without_initializer_jobs() {
-    // The brief's trainjob-full.yaml against torch-distributed (no initializer jobs):
+    // The product example trainjob-full.yaml against torch-distributed (no initializer jobs):
     // one error per initializer.
     let runtime = json!({"spec": {"mlPolicy": {"torch": {}}, "template": {"spec": {"replicatedJobs": [
         {"name": "node", "template": {"metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
@@ -606,7 +606,7 @@ fn trainjob_full_initializers_without_initializer_jobs() {
 #[test]
 fn initializer_container_and_volume_mount_rules() {
     let tj = trainjob(json!({"initializer": {"dataset": {}, "model": {}}}));
-    // dataset-initializer mounts `dataset`, not `initializer` (the brief's runtime): warning by default.
+    // dataset-initializer mounts `dataset`, not `initializer` (the product example's runtime): warning by default.
     let v = validate_with(tj.clone(), None, initializer_info(), vec![]);
     assert!(v.errors.is_empty());
     assert_eq!(v.warnings.len(), 1);

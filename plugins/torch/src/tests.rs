@@ -1,5 +1,5 @@
-//! Plugin-level tests of Torch: every rule of spec §3.2, the worked example
-//! (§2.9), the brief's examples, elastic training and the `TRAINER_*`
+//! Plugin-level tests of Torch: every rule (see the crate docs), the worked
+//! example (torch-distributed, 2 nodes, 4 GPUs each), the product's examples, elastic training and the `TRAINER_*`
 //! variables. Pure helpers have their own tests next to them.
 
 use super::*;
@@ -88,7 +88,7 @@ fn yaml(file: &str) -> Value {
     serde_saphyr::from_str(&text).expect("yaml")
 }
 
-// ---- spec §2.9 worked example and §3.2 step 4 --------------------------------------------
+// ---- worked example; the trainer count and PET_* variables ------------------------------
 
 #[test]
 fn worked_example_env_port_and_count() {
@@ -233,7 +233,7 @@ fn other_policies_are_left_alone() {
     }
 }
 
-// ---- numProcPerNode (§3.2 steps 2–3, v2.0/v2.1 notes) -----------------------------------
+// ---- numProcPerNode: `auto`/`cpu`/`gpu` and integer values --------------------------------
 
 fn nproc(ml_policy: Value, runtime_resources: Value, trainer: Value) -> String {
     let info = host_info(&runtime(ml_policy, node(runtime_resources), vec![]));
@@ -422,7 +422,7 @@ fn invalid_quantity_is_an_error_naming_the_field() {
     );
 }
 
-// ---- envInjection (§3.2 step 5) ---------------------------------------------------------
+// ---- envInjection: the variables also reach the named target containers ------------------
 
 fn injection_runtime(targets: Value) -> Info {
     let sidecar_job = json!({"name": "aux", "template": {"spec": {"template": {"spec": {

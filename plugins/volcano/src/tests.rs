@@ -6,8 +6,8 @@ use trainforge_sdk::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use trainforge_sdk::testing::{Harness, RuntimeFixture};
 use trainforge_sdk::{ANCESTOR_LABEL, FieldErrorType, HostError, LogLevel};
 
-/// The brief's `clustertrainingruntime-torch-distributed.yaml` (Volcano
-/// policy in the brief's form), optionally with pod priority classes.
+/// The product example `clustertrainingruntime-torch-distributed.yaml`
+/// (Volcano policy in the portable form: `topologyKey`, `networkPolicy`), optionally with pod priority classes.
 fn info(priority: &[Option<&str>], queue: Option<&str>) -> Info {
     let jobs: Vec<Value> = priority
         .iter()

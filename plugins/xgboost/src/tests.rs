@@ -1,4 +1,4 @@
-//! Unit tests of XGBoost (spec §3.8).
+//! Unit tests of XGBoost, one per rule (see the crate docs).
 
 use super::*;
 use pretty_assertions::assert_eq;
