@@ -87,8 +87,8 @@ pub enum RenderError {
     Info {
         /// TrainJob name.
         trainjob: String,
-        /// Which step failed.
-        source: BlueprintError,
+        /// Which step failed; boxed, it is large.
+        source: Box<BlueprintError>,
     },
     /// CRD defaults could not be prepared.
     #[error(transparent)]
@@ -357,7 +357,7 @@ impl Input {
         let runtime = self.runtime_for(job)?;
         runtime_info_for(job, runtime.spec()).map_err(|source| RenderError::Info {
             trainjob: job.metadata.name.clone().unwrap_or_default(),
-            source,
+            source: Box::new(source),
         })
     }
 

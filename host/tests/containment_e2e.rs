@@ -4,14 +4,18 @@
 //! `guests/hostile` fixture, loaded from ConfigMaps through
 //! `ClusterTrainerPlugin`s) attack every containment rule:
 //!
-//! 1. identity (moving the TrainJob to `kube-system`), 2. reads of other
-//! namespaces' Secrets, 3. kinds (leases, TrainJobs, runtimes, plugin
-//! configuration, cluster-scoped kinds found by discovery), 4. name
-//! collisions with a user's objects and another TrainJob's snapshot, 5. pod
-//! privileges, 6. time and memory (sleeping, a component crafted to be slow
-//! to compile, `file:///dev/zero`), 7. declarations (a kind the operator
-//! cannot watch, a builtin's name, the status phase), 8. outputs (huge error
-//! text, forged log lines, thousands of objects, owner-less objects).
+//! 1. identity (moving the TrainJob to `kube-system`);
+//! 2. reads of other namespaces' Secrets;
+//! 3. kinds (leases, TrainJobs, runtimes, plugin configuration,
+//!    cluster-scoped kinds found by discovery);
+//! 4. name collisions with a user's objects and another TrainJob's snapshot;
+//! 5. pod privileges;
+//! 6. time and memory (sleeping, a component crafted to be slow to compile,
+//!    `file:///dev/zero`);
+//! 7. declarations (a kind the operator cannot watch, a builtin's name, the
+//!    status phase);
+//! 8. outputs (huge error text, forged log lines, thousands of objects,
+//!    owner-less objects).
 //!
 //! After each attack: nothing landed outside the attacked TrainJob's
 //! namespace and ownership, no foreign object changed, the refusal reason

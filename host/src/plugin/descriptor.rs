@@ -102,7 +102,7 @@ pub fn check(
             bounded::sanitize(&d.name, 80)
         )));
     }
-    if !is_builtin && builtin_names.iter().any(|b| *b == d.name) {
+    if !is_builtin && builtin_names.contains(&d.name) {
         return Err(bad(format!(
             "name {:?} is reserved for the builtin plugin of that name",
             d.name

@@ -784,7 +784,7 @@ mod tests {
             for (name, uid, s) in order {
                 c.commit(name, uid, ok(), Some(s));
             }
-            assert_eq!(c.serving_digest("aaa").is_some(), true, "{first_is_winner}");
+            assert!(c.serving_digest("aaa").is_some(), "{first_is_winner}");
             assert_eq!(c.serving_digest("zzz"), None, "{first_is_winner}");
             assert_eq!(names(&c), ["plainml"]);
             let loser = c.entry("zzz", "u2").unwrap();
