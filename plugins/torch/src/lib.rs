@@ -3,7 +3,7 @@
 //! checks — plus the older generation's
 //! `elasticPolicy` (torchrun elastic settings and an `autoscaling/v2`
 //! HorizontalPodAutoscaler, see [`elastic`]) and the `TRAINER_*` variables
-//! (see [`env`]).
+//! (see [`env`](mod@env)).
 //!
 //! Runs only when the runtime's `mlPolicy.torch` is set.
 //!

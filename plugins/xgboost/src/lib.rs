@@ -8,7 +8,7 @@
 //! for XGBoost runtimes (count and `trainer.env`).
 //!
 //! Validation: each reserved name in `trainer.env` is refused
-//! (`spec.trainer.env[i]`, Forbidden, "<NAME> is reserved for the XGBoost
+//! (`spec.trainer.env[i]`, Forbidden, "`<NAME>` is reserved for the XGBoost
 //! runtime").
 
 pub use trainforge_sdk::quantity;
