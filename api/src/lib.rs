@@ -10,7 +10,11 @@
 //! - [`trainforge::v1alpha1`] — ClusterTrainerPlugin (the operator's plugin configuration).
 //! - [`crds`] — the CRDs of our kinds, generated from these types ([`schema`]
 //!   makes the schemas structural).
+//! - `blueprint` (not on `wasm32`) — the operator's one builder of the
+//!   [`plugin::Info`] plugins see, from a TrainJob and its runtime.
 
+#[cfg(not(target_arch = "wasm32"))]
+pub mod blueprint;
 pub mod cel;
 pub mod crds;
 pub mod jobset;

@@ -119,8 +119,7 @@ fn benches(c: &mut Criterion) {
 
     // Calls: fresh store per call, ~20 KB info.
     let p = rt.load(src()).unwrap();
-    let trainjob = sample::trainjob();
-    let info = sample::info(&["minimal"]);
+    let (trainjob, info) = sample::inputs(&["minimal"]).unwrap();
     let input = PhaseInput {
         trainjob: trainjob.to_string(),
         info: serde_json::to_string(&info).unwrap(),

@@ -1,5 +1,5 @@
 //! `render` pipeline benchmark (criterion), on the torch-distributed worked
-//! example (spec §2.9: runtime `api/tests/fixtures/upstream/torch-distributed.yaml`,
+//! example (runtime `api/tests/fixtures/upstream/torch-distributed.yaml`,
 //! TrainJob `host/tests/golden/worked-example/trainjob.yaml`):
 //!
 //! - `render/full`: parse both YAML texts + CRD defaults + merge + info +

@@ -1,6 +1,7 @@
 //! Command-line entry point. Each subcommand's arguments and behaviour live in
 //! the module that owns the feature; this file only dispatches.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -47,7 +48,8 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr (stdout carries command output such as YAML);
+/// Logs go to stderr (stdout carries command output such as YAML), coloured
+/// only when stderr is a terminal;
 /// `RUST_LOG` selects the level: `warn` by default for the tools, `info` for
 /// the operator, whose logs are JSON lines (one per event, with the span
 /// fields: TrainJob, plugin, phase) unless `TRAINFORGE_LOG_FORMAT=text`.
@@ -57,7 +59,8 @@ fn init_tracing(operator: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     // Ignore the error: a subscriber may already be set (e.g. in tests).
     let _ = if operator && std::env::var("TRAINFORGE_LOG_FORMAT").as_deref() != Ok("text") {
         builder

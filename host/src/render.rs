@@ -11,6 +11,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use trainforge_api::blueprint::{BlueprintError, runtime_info_for};
+use trainforge_api::plugin::Info;
 use trainforge_api::trainer::v1alpha1::constants::{
     CLUSTER_TRAINING_RUNTIME_KIND, DEFAULT_RUNTIME_KIND, TRAINING_RUNTIME_KIND, TRAINJOB_KIND,
 };
@@ -80,12 +82,28 @@ pub enum RenderError {
         /// The pipeline error (plugin, field, reason); boxed, it is large.
         source: Box<PipelineError>,
     },
+    /// The runtime info of a TrainJob could not be built.
+    #[error("TrainJob {trainjob:?}: building the runtime info: {source}")]
+    Info {
+        /// TrainJob name.
+        trainjob: String,
+        /// Which step failed; boxed, it is large.
+        source: Box<BlueprintError>,
+    },
     /// CRD defaults could not be prepared.
     #[error(transparent)]
     Defaults(#[from] DefaultsError),
     /// Output could not be written as YAML.
     #[error("writing YAML: {0}")]
     Yaml(String),
+    /// A TrainJob could not be serialised as JSON.
+    #[error("serialising TrainJob {trainjob:?}: {reason}")]
+    Serialize {
+        /// TrainJob name.
+        trainjob: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// The parsed input: TrainJobs and runtimes, in file order, with CRD
@@ -222,6 +240,30 @@ fn check_cache_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// What the operator hands to the first plugin phase for a TrainJob and its
+/// runtime, both given as objects as written (YAML or JSON, `origin` naming
+/// where each comes from): the TrainJob as the API server stores it (CRD
+/// defaults, `namespace` when it has none, a placeholder uid) as JSON, and
+/// the runtime info the operator builds for it ([`Input::info_for`]).
+/// `trainforge plugin run` and `bench` use it, so a plugin author's dry run
+/// sees what the operator's plugins see.
+pub fn plugin_inputs(
+    trainjob: (&str, Value),
+    runtime: (&str, Value),
+    namespace: &str,
+) -> Result<(Value, Info), RenderError> {
+    let mut input = Input::new()?;
+    input.add_document(trainjob.0, trainjob.1, namespace)?;
+    input.add_document(runtime.0, runtime.1, namespace)?;
+    let job = input.trainjobs.first().ok_or(RenderError::NoTrainJob)?;
+    let info = input.info_for(job)?;
+    let json = serde_json::to_value(job).map_err(|e| RenderError::Serialize {
+        trainjob: job.metadata.name.clone().unwrap_or_default(),
+        reason: e.to_string(),
+    })?;
+    Ok((json, info))
+}
+
 /// Each TrainJob with what the pipeline made of it.
 pub type RenderResults = Vec<(TrainJob, Result<Rendered, Box<PipelineError>>)>;
 
@@ -266,34 +308,57 @@ impl Input {
                 origin: origin.to_string(),
                 reason: e.to_string(),
             })?;
-        for (i, mut doc) in docs.into_iter().enumerate() {
-            let origin = format!("{origin} (document {})", i + 1);
-            self.defaulter.apply(&mut doc);
-            let parse_err = |e: serde_json::Error| RenderError::Parse {
-                origin: origin.clone(),
-                reason: e.to_string(),
-            };
-            match doc.get("kind").and_then(Value::as_str) {
-                Some(TRAINJOB_KIND) => {
-                    set_namespace(&mut doc, namespace);
-                    set_placeholder_uid(&mut doc);
-                    self.trainjobs
-                        .push(serde_json::from_value(doc).map_err(parse_err)?);
-                }
-                Some(TRAINING_RUNTIME_KIND) => {
-                    set_namespace(&mut doc, namespace);
-                    let rt: TrainingRuntime = serde_json::from_value(doc).map_err(parse_err)?;
-                    self.runtimes.push(RuntimeObject::Namespaced(rt));
-                }
-                Some(CLUSTER_TRAINING_RUNTIME_KIND) => {
-                    let rt: ClusterTrainingRuntime =
-                        serde_json::from_value(doc).map_err(parse_err)?;
-                    self.runtimes.push(RuntimeObject::Cluster(rt));
-                }
-                _ => {}
-            }
+        for (i, doc) in docs.into_iter().enumerate() {
+            self.add_document(&format!("{origin} (document {})", i + 1), doc, namespace)?;
         }
         Ok(())
+    }
+
+    /// Add one document (a TrainJob or a runtime; other kinds are ignored)
+    /// as the API server would store it: CRD defaults applied, `namespace`
+    /// when it has none (runtimes of the cluster-scoped kind excepted) and,
+    /// for a TrainJob, [`PLACEHOLDER_UID`] when it has no uid.
+    pub fn add_document(
+        &mut self,
+        origin: &str,
+        mut doc: Value,
+        namespace: &str,
+    ) -> Result<(), RenderError> {
+        self.defaulter.apply(&mut doc);
+        let parse_err = |e: serde_json::Error| RenderError::Parse {
+            origin: origin.to_string(),
+            reason: e.to_string(),
+        };
+        match doc.get("kind").and_then(Value::as_str) {
+            Some(TRAINJOB_KIND) => {
+                set_namespace(&mut doc, namespace);
+                set_placeholder_uid(&mut doc);
+                self.trainjobs
+                    .push(serde_json::from_value(doc).map_err(parse_err)?);
+            }
+            Some(TRAINING_RUNTIME_KIND) => {
+                set_namespace(&mut doc, namespace);
+                let rt: TrainingRuntime = serde_json::from_value(doc).map_err(parse_err)?;
+                self.runtimes.push(RuntimeObject::Namespaced(rt));
+            }
+            Some(CLUSTER_TRAINING_RUNTIME_KIND) => {
+                let rt: ClusterTrainingRuntime = serde_json::from_value(doc).map_err(parse_err)?;
+                self.runtimes.push(RuntimeObject::Cluster(rt));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The runtime info the operator hands to the first plugin phase for
+    /// `job` (its runtime must be in the input): the operator's own builder,
+    /// [`runtime_info_for`].
+    pub fn info_for(&self, job: &TrainJob) -> Result<Info, RenderError> {
+        let runtime = self.runtime_for(job)?;
+        runtime_info_for(job, runtime.spec()).map_err(|source| RenderError::Info {
+            trainjob: job.metadata.name.clone().unwrap_or_default(),
+            source: Box::new(source),
+        })
     }
 
     /// The runtime a TrainJob references (a TrainingRuntime must be in the

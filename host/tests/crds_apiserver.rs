@@ -156,7 +156,7 @@ async fn fixtures_are_accepted_and_kept() {
     {
         let mut obj = fixture(file);
         if file.starts_with("upstream/") {
-            // brief/ and upstream/ both have a ClusterTrainingRuntime `torch-distributed`.
+            // fixtures/brief/ and upstream/ both have a ClusterTrainingRuntime `torch-distributed`.
             let name = format!("{}-upstream", name_of(&obj));
             obj["metadata"]["name"] = json!(name);
         }
@@ -206,7 +206,7 @@ async fn fixtures_are_accepted_and_kept() {
         problems.join("\n")
     );
 
-    // Unknown policies survive; the brief's Volcano form is kept next to Volcano's defaults.
+    // Unknown policies survive; the portable Volcano form (`topologyKey`, `networkPolicy`) is kept next to Volcano's defaults.
     let kai = api(&client, "ClusterTrainingRuntime", &ns)
         .get(&format!("kai-myframework-{ns}"))
         .await

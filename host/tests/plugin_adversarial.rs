@@ -22,8 +22,7 @@ use trainforge::plugin::{
     PluginRuntime, PluginSet, PluginSource, ReconcileOutput, RuntimeConfig, StaticObjects, bounded,
     sha256_hex,
 };
-use trainforge_api::plugin::{Info, KindRef};
-use trainforge_api::trainer::v1alpha1::{ClusterTrainingRuntime, TrainJob};
+use trainforge_api::plugin::KindRef;
 
 // ---------------------------------------------------------------- helpers
 
@@ -62,14 +61,6 @@ fn source(descriptor: Option<Value>, config: Value) -> PluginSource {
 
 fn load(rt: &PluginRuntime, descriptor: Option<Value>, config: Value) -> LoadedPlugin {
     rt.load(source(descriptor, config)).unwrap()
-}
-
-/// The info the operator builds for the test TrainJob and runtime.
-fn info() -> Info {
-    let job: TrainJob = serde_json::from_value(trainjob()).unwrap();
-    let rt: ClusterTrainingRuntime = serde_json::from_value(runtime()).unwrap();
-    let merged = trainforge::pipeline::merge::merge(&job, &rt.spec).unwrap();
-    trainforge::pipeline::info::runtime_info(&merged).unwrap()
 }
 
 fn input() -> PhaseInput {

@@ -10,7 +10,7 @@ use serde_json::json;
 use trainforge::plugin::{
     CacheOutcome, PluginRuntime, PluginSet, PluginSource, RuntimeConfig, builtin,
 };
-use trainforge_api::plugin::{Info, Phase, WIT_VERSION};
+use trainforge_api::plugin::{Phase, WIT_VERSION};
 use trainforge_sdk::testing::Harness;
 
 fn load(rt: &PluginRuntime, config: serde_json::Value) -> trainforge::plugin::LoadedPlugin {
@@ -41,7 +41,7 @@ fn wasm_matches_native_harness() {
     let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
     let config = json!({"greeting": "servus"});
     let p = load(&rt, config.clone());
-    let info = Info::from_runtime_template(&runtime(), &trainjob()).unwrap();
+    let info = info();
     let wasm = PluginSet::new(vec![p])
         .unwrap()
         .reconcile(&trainjob(), &info)
@@ -61,7 +61,7 @@ fn wasm_matches_native_harness() {
 fn validate_and_plugin_errors_cross_the_boundary() {
     let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
     let set = PluginSet::new(vec![load(&rt, json!({}))]).unwrap();
-    let info = Info::from_runtime_template(&runtime(), &trainjob()).unwrap();
+    let info = info();
     let mut tj = trainjob();
     tj["spec"]["trainer"]["env"] = json!([{"name": "MINIMAL_GREETING", "value": "x"}]);
     let v = set.validate(&tj, None, &info).unwrap();

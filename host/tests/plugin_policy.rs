@@ -1,6 +1,6 @@
-//! What a plugin's configuration changes at run time (issue 6, runtime
-//! side): failure policy, emitted-kind narrowing, phase narrowing, the call
-//! observer, and sharing the runtime across threads.
+//! What a plugin's configuration changes at run time: failure policy,
+//! emitted-kind narrowing, phase narrowing, the call observer, and sharing
+//! the runtime across threads.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -46,14 +46,6 @@ fn hostile_with(
 fn bad_status(rt: &PluginRuntime, policy: FailurePolicy) -> LoadedPlugin {
     let d = json!({"phases": ["status"], "emits": []});
     hostile_with(rt, Some(d), json!({"attack": "bad-status"}), policy)
-}
-
-fn info() -> Info {
-    Info::from_runtime_template(&runtime_json(), &trainjob()).unwrap()
-}
-
-fn runtime_json() -> serde_json::Value {
-    plugin_common::runtime()
 }
 
 fn greeting_env(info: &Info) -> Vec<String> {

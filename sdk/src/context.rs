@@ -567,7 +567,9 @@ mod tests {
         };
         let runtime = json!({"spec": {"mlPolicy": {"torch": {}}, "template": {"spec": {
             "replicatedJobs": [job("init", "dataset-initializer"), job("node", "trainer")]}}}});
-        Info::from_runtime_template(&runtime, &json!({"metadata": {"name": "j"}})).unwrap()
+        crate::testing::RuntimeFixture::new(runtime)
+            .info_for(&json!({"metadata": {"name": "j"}}))
+            .unwrap()
     }
 
     #[test]

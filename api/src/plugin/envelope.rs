@@ -1,8 +1,11 @@
 //! Native mirrors of the typed records of `wit/plugin.wit`.
 //!
 //! The SDK's `Plugin` trait and the host both speak these types; the WIT
-//! bindings are converted to and from them at the boundary.
+//! bindings are converted to and from them at the boundary. [`Phase`] and
+//! [`KindRef`] are also the types of `ClusterTrainerPlugin`'s `spec.phases`,
+//! `spec.allowedKinds` and `spec.allowedReads` (hence their JSON schemas).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -67,13 +70,34 @@ impl fmt::Display for Phase {
     }
 }
 
+// A plain `enum` schema: schemars would turn documented variants into a
+// `oneOf`, which the API server does not accept as structural.
+impl JsonSchema for Phase {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PluginPhase".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let values: Vec<&str> = Phase::ALL.iter().map(|p| p.as_str()).collect();
+        schemars::json_schema!({
+            "type": "string",
+            "description": "A plugin phase (the WIT function name).",
+            "enum": values,
+        })
+    }
+}
+
 /// The API version and kind of an object type.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct KindRef {
     /// `group/version`, or `v1` for the core group.
+    #[schemars(length(min = 1, max = 317))]
     pub api_version: String,
     /// Kind, e.g. `ConfigMap`.
+    #[schemars(length(min = 1, max = 63))]
     pub kind: String,
 }
 

@@ -10,12 +10,9 @@ use std::collections::BTreeMap;
 /// `dataset-initializer`, `model-initializer`).
 pub const ANCESTOR_LABEL: &str = "trainer.kubeflow.org/trainjob-ancestor-step";
 
-/// Errors of [`Info`] construction and helpers.
+/// Errors of [`Info`]'s JSON form.
 #[derive(Debug, thiserror::Error)]
 pub enum InfoError {
-    /// A required field of the runtime is missing or has the wrong type.
-    #[error("runtime field {0} is missing or malformed")]
-    MissingField(&'static str),
     /// JSON (de)serialisation failed.
     #[error("JSON: {0}")]
     Json(#[from] serde_json::Error),
@@ -223,87 +220,6 @@ impl Info {
             .flatten()
             .filter(|c| c.get("name").and_then(Value::as_str) == Some("node"))
     }
-
-    /// A simple info built from a (Cluster)TrainingRuntime and a TrainJob
-    /// (both JSON): labels/annotations from the JobSet template metadata,
-    /// policies from the runtime spec, one pod set per replicated job.
-    /// It does **not** implement runtime patches or resource merges; the
-    /// reconcile pipeline owns the real merge.
-    pub fn from_runtime_template(runtime: &Value, trainjob: &Value) -> Result<Info, InfoError> {
-        let spec = runtime.get("spec").ok_or(InfoError::MissingField("spec"))?;
-        let template = spec
-            .get("template")
-            .ok_or(InfoError::MissingField("spec.template"))?;
-        let meta = template.get("metadata");
-        let string_map = |v: Option<&Value>| -> BTreeMap<String, String> {
-            v.and_then(Value::as_object)
-                .map(|m| {
-                    m.iter()
-                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let mut labels = string_map(meta.and_then(|m| m.get("labels")));
-        let mut annotations = string_map(meta.and_then(|m| m.get("annotations")));
-        labels.extend(string_map(trainjob.pointer("/spec/labels")));
-        annotations.extend(string_map(trainjob.pointer("/spec/annotations")));
-        let obj = template.get("spec").cloned().unwrap_or(Value::Null);
-        let mut pod_sets = Vec::new();
-        if let Some(jobs) = obj.get("replicatedJobs") {
-            let jobs = jobs
-                .as_array()
-                .ok_or(InfoError::MissingField("replicatedJobs"))?;
-            for job in jobs {
-                let name = job
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .ok_or(InfoError::MissingField("replicatedJobs[].name"))?
-                    .to_owned();
-                let job_tpl = job.get("template");
-                let ancestor = job_tpl
-                    .and_then(|t| t.pointer("/metadata/labels"))
-                    .and_then(|l| l.get(ANCESTOR_LABEL))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                let parallelism = job_tpl
-                    .and_then(|t| t.pointer("/spec/parallelism"))
-                    .and_then(Value::as_i64)
-                    .unwrap_or(1);
-                let pod_spec = job_tpl.and_then(|t| t.pointer("/spec/template/spec"));
-                let containers = |field: &str| -> Result<Vec<Container>, InfoError> {
-                    match pod_spec.and_then(|p| p.get(field)) {
-                        Some(v) => Ok(serde_json::from_value(v.clone())?),
-                        None => Ok(Vec::new()),
-                    }
-                };
-                let volumes = match pod_spec.and_then(|p| p.get("volumes")) {
-                    Some(v) => serde_json::from_value(v.clone())?,
-                    None => Vec::new(),
-                };
-                pod_sets.push(PodSet {
-                    name,
-                    ancestor,
-                    count: Some(i32::try_from(parallelism.max(1)).unwrap_or(i32::MAX)),
-                    init_containers: containers("initContainers")?,
-                    containers: containers("containers")?,
-                    volumes,
-                    endpoints: Vec::new(),
-                    single_pod_requests: BTreeMap::new(),
-                });
-            }
-        }
-        Ok(Info {
-            labels,
-            annotations,
-            runtime_policy: RuntimePolicy {
-                ml_policy: spec.get("mlPolicy").cloned(),
-                pod_group_policy: spec.get("podGroupPolicy").cloned(),
-            },
-            scheduler: Scheduler::default(),
-            template_spec: TemplateSpec { obj, pod_sets },
-        })
-    }
 }
 
 impl PodSet {
@@ -380,36 +296,37 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn runtime() -> Value {
-        json!({
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "ClusterTrainingRuntime",
-            "metadata": {"name": "torch"},
-            "spec": {
-                "mlPolicy": {"numNodes": 1, "torch": {}},
-                "template": {
-                    "metadata": {"labels": {"a": "b"}},
-                    "spec": {"replicatedJobs": [{
-                        "name": "node",
-                        "template": {
-                            "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
-                            "spec": {"parallelism": 2, "template": {"spec": {"containers": [
-                                {"name": "node", "image": "pytorch", "env": [{"name": "X", "value": "1"}]}
-                            ]}}}
-                        }
-                    }]}
-                }
+    fn runtime() -> crate::trainer::v1alpha1::TrainingRuntimeSpec {
+        serde_json::from_value(json!({
+            "mlPolicy": {"numNodes": 2, "torch": {}},
+            "template": {
+                "metadata": {"labels": {"a": "b"}},
+                "spec": {"replicatedJobs": [{
+                    "name": "node",
+                    "template": {
+                        "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
+                        "spec": {"template": {"spec": {"containers": [
+                            {"name": "node", "image": "pytorch", "env": [{"name": "X", "value": "1"}]}
+                        ]}}}
+                    }
+                }]}
             }
-        })
+        }))
+        .unwrap()
     }
 
     #[test]
-    fn builds_from_runtime_and_edits() {
-        let mut info = Info::from_runtime_template(&runtime(), &json!({})).unwrap();
+    fn policies_pod_sets_and_edits() {
+        let job = serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob", "metadata": {"name": "j"}, "spec": {"runtimeRef": {"name": "rt"}}}))
+        .unwrap();
+        let mut info = crate::blueprint::runtime_info_for(&job, &runtime()).unwrap();
         assert_eq!(info.labels.get("a").map(String::as_str), Some("b"));
         assert!(info.policy("mlPolicy.torch").is_some());
         assert!(info.policy("mlPolicy.mpi").is_none());
-        assert_eq!(info.policy("mlPolicy.numNodes"), Some(&json!(1)));
+        assert_eq!(info.policy("mlPolicy.numNodes"), Some(&json!(2)));
+        assert!(info.policy("podGroupPolicy").is_none());
+        assert_eq!(info.runtime_node_containers().count(), 1);
         let ps = info.pod_set_by_ancestor_mut("trainer").unwrap();
         assert_eq!(ps.count, Some(2));
         let c = ps.container_mut("node").unwrap();
@@ -422,10 +339,10 @@ mod tests {
     }
 
     #[test]
-    fn missing_spec_is_an_error() {
+    fn malformed_json_is_an_error() {
         assert!(matches!(
-            Info::from_runtime_template(&json!({}), &json!({})),
-            Err(InfoError::MissingField("spec"))
+            Info::from_json("{\"templateSpec\": 3}"),
+            Err(InfoError::Json(_))
         ));
     }
 }

@@ -1,9 +1,7 @@
 //! The plugin-facing data model exchanged (as JSON) between the host and Wasm
 //! plugins: the runtime info a plugin sees and edits, and native mirrors of
-//! the typed WIT envelope (`wit/plugin.wit`). Owned by the plugin runtime
-//! work; the merge that fills [`Info`] from a runtime and a TrainJob belongs
-//! to the pipeline ([`Info::from_runtime_template`] is only a simple stand-in
-//! used by `trainforge plugin run` and tests).
+//! the typed WIT envelope (`wit/plugin.wit`). The one builder of [`Info`]
+//! from a TrainJob and its runtime is `crate::blueprint` (not on `wasm32`).
 //!
 //! Everything here is plain data plus pure helpers, so it builds for
 //! `wasm32-wasip2` and is shared by the host and by every plugin.

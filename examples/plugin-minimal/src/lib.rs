@@ -104,7 +104,7 @@ trainforge_sdk::export_plugin!(Minimal);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use trainforge_sdk::testing::Harness;
+    use trainforge_sdk::testing::{Harness, RuntimeFixture};
 
     fn info(with_policy: bool) -> Info {
         let policy = if with_policy {
@@ -117,7 +117,7 @@ mod tests {
             "template": {"metadata": {"labels": {trainforge_sdk::ANCESTOR_LABEL: "trainer"}},
                          "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "img"}]}}}}
         }]}}}});
-        Info::from_runtime_template(&runtime, &json!({})).expect("valid runtime")
+        RuntimeFixture::new(runtime).info().expect("valid runtime")
     }
 
     fn trainjob() -> Value {

@@ -2,17 +2,18 @@
 //! desired objects. No I/O here, so the same code runs in unit tests, in
 //! `trainforge render` and in the controller.
 //!
+//! Building the runtime info is shared with the plugins' native tests, so it
+//! lives in the API crate ([`trainforge_api::blueprint`]) and is re-exported
+//! here:
+//!
 //! - [`merge`]: the runtime template with the TrainJob's overrides applied.
 //! - [`defaults`]: CRD structural defaults, as the API server applies them.
 //! - [`info`]: the merged blueprint → the runtime info plugins see.
-//! - [`run`]: the whole pipeline (validate → plugin phases → objects in apply order).
 //! - [`strategic_merge`]: Kubernetes strategic-merge-patch semantics over JSON.
+//!
+//! [`run`] is the whole pipeline (validate → plugin phases → objects in apply
+//! order).
 
-pub mod defaults;
-pub mod info;
-pub mod merge;
 pub mod run;
-pub mod strategic_merge;
 
-#[cfg(test)]
-mod merge_tests;
+pub use trainforge_api::blueprint::{defaults, info, merge, strategic_merge};

@@ -2,7 +2,8 @@
 //!
 //! TrainJob + its runtime (both as stored by the API server, i.e. with CRD
 //! defaults applied; `render` applies them with [`super::defaults`])
-//! → [`merge`](super::merge) → [`runtime_info`]
+//! → the runtime info ([`runtime_info_for`]: [`merge`](super::merge), then
+//! [`runtime_info`](super::info::runtime_info))
 //! → plugin `validate` (admission rules) → plugin phases
 //! → the objects to apply, in apply order, plus warnings.
 //!
@@ -12,7 +13,7 @@
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::Value;
-use tracing::{info_span, warn};
+use tracing::info_span;
 use trainforge_api::plugin::{FieldError, Info};
 use trainforge_api::trainer::v1alpha1::constants::{
     API_VERSION, CLUSTER_TRAINING_RUNTIME_KIND, DEFAULT_RUNTIME_API_GROUP, DEFAULT_RUNTIME_KIND,
@@ -22,9 +23,8 @@ use trainforge_api::trainer::v1alpha1::{
     ClusterTrainingRuntime, TrainJob, TrainingRuntime, TrainingRuntimeSpec,
 };
 
-use super::info::{InfoError, runtime_info};
-use super::merge::{MergeError, merge_collecting};
 use crate::plugin::{self, PluginSet, ValidateInput};
+use trainforge_api::blueprint::{BlueprintError, admission_info_for, runtime_info_for};
 
 /// The runtime a TrainJob references, namespaced or cluster-scoped.
 #[derive(Clone, Debug)]
@@ -114,12 +114,10 @@ pub enum PipelineError {
     /// a runtime other than the one given.
     #[error("spec.runtimeRef: {0}")]
     Runtime(String),
-    /// The runtime cannot be used at all.
+    /// The runtime cannot be used at all, or the runtime info cannot be
+    /// built from it.
     #[error(transparent)]
-    Merge(#[from] MergeError),
-    /// The runtime info cannot be built.
-    #[error(transparent)]
-    Info(#[from] InfoError),
+    Blueprint(#[from] BlueprintError),
     /// Admission rules failed; every problem is listed.
     #[error("the TrainJob is invalid:\n{}", problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
     Invalid {
@@ -151,7 +149,7 @@ pub fn validate(
 ) -> Result<Vec<String>, PipelineError> {
     check_runtime_ref(job, runtime)?;
     let mut warnings = deprecation_warning(runtime).into_iter().collect::<Vec<_>>();
-    let (merged, merge_problems) = merge_collecting(job, runtime.spec())?;
+    let (info, merge_problems) = admission_info_for(job, runtime.spec())?;
     // Unknown jobs/containers in `runtimePatches` are reported by the JobSet
     // plugin with upstream's messages; the host reports the older
     // `podTemplateOverrides`, which no plugin checks.
@@ -168,7 +166,6 @@ pub fn validate(
             },
         })
         .collect();
-    let info = runtime_info(&merged)?;
     let input = ValidateInput {
         trainjob: to_json_string(job, "TrainJob")?,
         old_trainjob: old.map(|o| to_json_string(o, "old TrainJob")).transpose()?,
@@ -201,8 +198,7 @@ pub fn run(
     let span = info_span!("pipeline", trainjob = %name, runtime = %runtime.name());
     let _guard = span.enter();
     let warnings = validate(job, None, runtime, plugins)?;
-    let merged = super::merge::merge(job, runtime.spec())?;
-    let info = runtime_info(&merged)?;
+    let info = runtime_info_for(job, runtime.spec())?;
     let trainjob = serde_json::to_value(job).map_err(|e| PipelineError::Serialize {
         what: "TrainJob",
         reason: e.to_string(),
@@ -213,9 +209,8 @@ pub fn run(
     let mut objects = vec![snapshot_config_map(job, runtime)?];
     objects.extend(out.objects);
     objects.sort_by_key(apply_rank);
-    for w in &warnings {
-        warn!(warning = %w, "TrainJob warning");
-    }
+    // The warnings are returned, not logged: each caller reports them once
+    // (`render` on stderr, the controller in its log).
     Ok(Rendered {
         objects,
         warnings,

@@ -2,10 +2,11 @@
 //! `InstancePre`, epoch deadline, memory cap, output bounds, error mapping.
 
 use super::Error;
+use super::FailurePolicy;
 use super::bindings::{PluginPre, wit};
 use super::bounded::{self, MAX_FIELD_ERRORS, MAX_WARNINGS};
 use super::engine::{EpochTicker, Limits, deadline_ticks};
-use super::observe::{FailurePolicy, ObserverSlot};
+use super::observe::ObserverSlot;
 use super::output_check::{Owner, check_objects};
 use super::pod_policy::PodGrants;
 use super::sandbox::{CallScope, CallState, PluginContext, WaitDenied};

@@ -8,7 +8,12 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use trainforge_api::plugin::{Info, InfoError, KindRef, Phase};
+use trainforge_api::plugin::{Info, KindRef, Phase};
+
+use crate::render::{RenderError, plugin_inputs};
+
+/// Namespace of a TrainJob file that names none.
+const DEFAULT_NAMESPACE: &str = "default";
 
 /// `trainforge plugin` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -26,7 +31,11 @@ pub enum PluginCommand {
     },
     /// Run every phase of a plugin on a TrainJob and runtime (dry run): print
     /// the objects it would create, the resulting info and TrainJob, the
-    /// validation result and the status, as one JSON document.
+    /// validation result and the status, as one JSON document. The plugin
+    /// starts from what the operator would give it: the TrainJob with its
+    /// CRD defaults and the runtime info the operator builds (the TrainJob's
+    /// `runtimePatches`, `podTemplateOverrides` and `resourcesPerNode`
+    /// merged into the runtime it references).
     Run {
         /// The component (`.wasm`).
         file: PathBuf,
@@ -108,9 +117,10 @@ pub enum Error {
         /// Parser message.
         message: String,
     },
-    /// The runtime could not be turned into an info.
-    #[error("building info from the runtime: {0}")]
-    Info(#[from] InfoError),
+    /// The TrainJob and runtime could not be read as the operator would
+    /// (CRD defaults, the runtime it references, its runtime info).
+    #[error(transparent)]
+    Inputs(#[from] RenderError),
     /// The plugin failed (load or call).
     #[error(transparent)]
     Plugin(#[from] super::Error),
@@ -186,6 +196,17 @@ fn load(rt: &PluginRuntime, file: &Path, config: Option<&Path>) -> Result<Plugin
     Ok(src)
 }
 
+/// The TrainJob in `trainjob` as the operator stores it and the runtime info
+/// the operator builds for it on the runtime in `runtime`.
+fn operator_inputs(trainjob: &Path, runtime: &Path) -> Result<(Value, Info), Error> {
+    let origin = |p: &Path| p.display().to_string();
+    Ok(plugin_inputs(
+        (&origin(trainjob), read_doc(trainjob)?),
+        (&origin(runtime), read_doc(runtime)?),
+        DEFAULT_NAMESPACE,
+    )?)
+}
+
 fn print_json(v: &Value) -> Result<(), Error> {
     let s = serde_json::to_string_pretty(v).map_err(|e| Error::Output(e.to_string()))?;
     println!("{s}");
@@ -239,8 +260,7 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
             }
             src.grants = g;
             let p = rt.load(src)?;
-            let trainjob = read_doc(&trainjob)?;
-            let info = Info::from_runtime_template(&read_doc(&runtime)?, &trainjob)?;
+            let (trainjob, info) = operator_inputs(&trainjob, &runtime)?;
             print_json(&dry_run(&p, &trainjob, &info)?)
         }
         PluginCommand::Bench {
@@ -252,12 +272,8 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
         } => {
             let src = load(&rt, &file, config.as_deref())?;
             let (trainjob, info) = match (trainjob, runtime) {
-                (Some(t), Some(r)) => {
-                    let t = read_doc(&t)?;
-                    let i = Info::from_runtime_template(&read_doc(&r)?, &t)?;
-                    (t, i)
-                }
-                _ => (sample::trainjob(), sample::info(&[])),
+                (Some(t), Some(r)) => operator_inputs(&t, &r)?,
+                _ => sample::inputs(&[])?,
             };
             bench(&rt, src, &trainjob, &info, iterations.max(1))
         }

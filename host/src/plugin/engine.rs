@@ -9,7 +9,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-/// Per-call limits. Defaults follow `wasm-host.md` §5.2.
+/// Per-call limits. By default a call gets 1 s, 64 MiB of linear memory,
+/// 8 MiB of output, 256 KiB of log messages, 64 KiB of stderr and 64 KiB of
+/// random bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Wall-clock deadline of one call (enforced by epochs).

@@ -61,7 +61,7 @@ pub use compile::{CompileLimits, Compiler};
 pub use engine::{Limits, RuntimeConfig};
 pub use error::Error;
 pub use load::{DESCRIBE_TIMEOUT, PluginRuntime, wit_compatible};
-pub use observe::{CallObserver, FailurePolicy};
+pub use observe::CallObserver;
 pub use output_check::Owner;
 pub use pod_policy::PodGrants;
 pub use sandbox::{CallScope, Grants};
@@ -69,3 +69,6 @@ pub use set::{PluginFieldError, PluginSet, ReconcileOutput, StatusOutput, Valida
 pub use source::{
     FileError, NoObjects, ObjectSource, PluginSource, StaticObjects, read_component_file,
 };
+/// What a pass does when one plugin fails: the `failurePolicy` of its
+/// `ClusterTrainerPlugin`.
+pub use trainforge_api::trainforge::v1alpha1::FailurePolicy;

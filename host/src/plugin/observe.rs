@@ -1,4 +1,5 @@
-//! Call observation (metrics hook) and the per-plugin failure policy.
+//! Call observation (metrics hook) and the warning for a failure ignored
+//! under [`FailurePolicy::Ignore`](super::FailurePolicy::Ignore).
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -57,26 +58,6 @@ impl ObserverSlot {
         if let Some(o) = observer {
             o.on_call(plugin, phase, elapsed, failure, high_water);
         }
-    }
-}
-
-/// What a pass does when one plugin fails (in any phase).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum FailurePolicy {
-    /// The pass stops with the plugin's error.
-    #[default]
-    Fail,
-    /// The failure is logged and reported as a warning; the plugin's
-    /// contribution to that phase is skipped and the pass goes on.
-    Ignore,
-}
-
-impl std::fmt::Display for FailurePolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            FailurePolicy::Fail => "Fail",
-            FailurePolicy::Ignore => "Ignore",
-        })
     }
 }
 

@@ -4,6 +4,8 @@
 use serde_json::{Value, json};
 use trainforge_api::plugin::{ANCESTOR_LABEL, Info};
 
+use crate::render::{RenderError, plugin_inputs};
+
 /// A TrainJob in namespace `bench`.
 pub fn trainjob() -> Value {
     json!({
@@ -60,7 +62,12 @@ pub fn runtime(jobs: usize, policies: &[&str]) -> Value {
     })
 }
 
-/// A ~20 KB info (4 replicated jobs) with the given policies.
-pub fn info(policies: &[&str]) -> Info {
-    Info::from_runtime_template(&runtime(4, policies), &trainjob()).unwrap_or_default()
+/// [`trainjob`] as the operator stores it and the ~20 KB info (4 replicated
+/// jobs, with the given policies) the operator builds for it.
+pub fn inputs(policies: &[&str]) -> Result<(Value, Info), RenderError> {
+    plugin_inputs(
+        ("sample TrainJob", trainjob()),
+        ("sample runtime", runtime(4, policies)),
+        "bench",
+    )
 }

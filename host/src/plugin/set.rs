@@ -18,8 +18,9 @@
 //!   (`ForbiddenObject`), whichever plugins emitted them.
 
 use super::Error;
+use super::FailurePolicy;
 use super::call::{LoadedPlugin, PhaseInput, ValidateInput};
-use super::observe::{FailurePolicy, ignored_warning};
+use super::observe::ignored_warning;
 use super::output_check::{Owner, describe};
 use super::pod_policy::{Privilege, privileges};
 use super::sandbox::CallScope;

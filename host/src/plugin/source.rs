@@ -2,8 +2,8 @@
 //! of cluster objects it is given ([`ObjectSource`]).
 
 use super::Error;
+use super::FailurePolicy;
 use super::engine::Limits;
-use super::observe::FailurePolicy;
 use super::sandbox::Grants;
 use serde_json::Value;
 use std::collections::BTreeMap;

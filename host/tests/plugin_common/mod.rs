@@ -107,6 +107,14 @@ pub fn runtime() -> serde_json::Value {
     })
 }
 
+/// The info the operator builds for [`trainjob`] on [`runtime`] (the SDK's
+/// fixture, which calls the operator's builder).
+pub fn info() -> trainforge_api::plugin::Info {
+    trainforge_sdk::testing::RuntimeFixture::new(runtime())
+        .info_for(&trainjob())
+        .unwrap()
+}
+
 /// A plugin runtime with a 300 ms call deadline (hostile loops end fast).
 pub fn short_deadline_runtime() -> trainforge::plugin::PluginRuntime {
     use trainforge::plugin::{Limits, PluginRuntime, RuntimeConfig};

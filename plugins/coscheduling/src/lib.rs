@@ -1,5 +1,5 @@
 //! CoScheduling: gang scheduling with scheduler-plugins (Kubeflow Trainer's
-//! `plugins/coscheduling`, spec §3.5). Runs when the runtime has
+//! `plugins/coscheduling`). Runs when the runtime has
 //! `podGroupPolicy.coscheduling`.
 //!
 //! - **enforce-pod-group-policy**: pod label
@@ -104,16 +104,16 @@ mod tests {
     use pretty_assertions::assert_eq;
     use trainforge_sdk::ANCESTOR_LABEL;
     use trainforge_sdk::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    use trainforge_sdk::testing::Harness;
+    use trainforge_sdk::testing::{Harness, RuntimeFixture};
 
-    /// The brief's `clustertrainingruntime-multi-node.yaml` with the
+    /// The product example `clustertrainingruntime-multi-node.yaml` with the
     /// trainer label added, after the host set numNodes 4 and 8 GPUs.
     fn info(policy: Value) -> Info {
         let runtime = json!({"spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "podGroupPolicy": policy,
             "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {
                 "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
                 "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.0.0"}]}}}}}]}}}});
-        let mut i = Info::from_runtime_template(&runtime, &json!({})).expect("runtime");
+        let mut i = RuntimeFixture::new(runtime).info().expect("runtime");
         i.template_spec.pod_sets[0].count = Some(4);
         i.template_spec.pod_sets[0]
             .single_pod_requests

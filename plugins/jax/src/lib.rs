@@ -1,4 +1,4 @@
-//! JAX (spec §3.7): when the runtime's `mlPolicy.jax` is set, the trainer
+//! JAX (Kubeflow Trainer's `plugins/jax`): when the runtime's `mlPolicy.jax` is set, the trainer
 //! pod set's count becomes `trainer.numNodes`, and (with `spec.trainer` and a
 //! `node` container in the trainer pod set) JAX's distributed settings are
 //! upserted: `JAX_NUM_PROCESSES` = node count, `JAX_PROCESS_ID` = the Job

@@ -1,9 +1,9 @@
-//! Unit tests of JAX (spec §3.7).
+//! Unit tests of JAX, one per rule (see the crate docs).
 
 use super::*;
 use pretty_assertions::assert_eq;
 use trainforge_sdk::ANCESTOR_LABEL;
-use trainforge_sdk::testing::Harness;
+use trainforge_sdk::testing::{Harness, RuntimeFixture};
 
 fn info(ml_policy: Value, with_node: bool) -> Info {
     let name = if with_node { "node" } else { "worker" };
@@ -13,7 +13,7 @@ fn info(ml_policy: Value, with_node: bool) -> Info {
                 {"name": name, "image": "nvcr.io/nvidia/jax:25.10-py3", "env": [{"name": "A", "value": "a"}]}
             ]}}}}}
     ]}}}});
-    Info::from_runtime_template(&runtime, &json!({})).expect("valid runtime")
+    RuntimeFixture::new(runtime).info().expect("valid runtime")
 }
 
 fn trainjob(trainer: Option<Value>) -> Value {

@@ -1,7 +1,7 @@
 //! ComponentBuilder: the info (after every earlier phase) and the in-memory
 //! TrainJob → the `jobset.x-k8s.io/v1alpha2` JobSet.
 //!
-//! Steps, in order (see the spec §3.4 "Build"):
+//! Steps, in order:
 //! 1. copy pod-set state onto the blueprint by index (volumes; containers'
 //!    command/image and env/ports/volumeMounts upserts; init containers
 //!    likewise, appending slots the template does not have);

@@ -1,6 +1,6 @@
 //! JobSet: the builtin plugin that turns the runtime info into the
 //! `jobset.x-k8s.io/v1alpha2` JobSet of a TrainJob (Kubeflow Trainer's
-//! `plugins/jobset`, spec §3.4). It runs for every TrainJob (no policy key).
+//! `plugins/jobset`). It runs for every TrainJob (no policy key).
 //!
 //! - **pre-build** ([`prebuild`]): pod DNS names
 //!   `<job>-<rjob>-<replica>-<pod>.<subdomain>` into every pod set, and

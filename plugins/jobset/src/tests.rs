@@ -5,7 +5,7 @@ use pretty_assertions::assert_eq;
 use trainforge_sdk::k8s_openapi::api::core::v1::{
     ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, Volume, VolumeMount,
 };
-use trainforge_sdk::testing::{Harness, MockHost};
+use trainforge_sdk::testing::{Harness, MockHost, RuntimeFixture};
 use trainforge_sdk::{ANCESTOR_LABEL, Container, FieldErrorType, PodSet};
 
 const INDEX_PATH: &str = "metadata.annotations['batch.kubernetes.io/job-completion-index']";
@@ -33,7 +33,7 @@ fn trainjob(spec: Value) -> Value {
 }
 
 /// The info the host and the Torch plugin hand to the JobSet plugin in the
-/// worked example (spec §2.9): runtime `torch-distributed`, numNodes 2,
+/// worked example: runtime `torch-distributed`, numNodes 2,
 /// `resourcesPerNode.limits: {nvidia.com/gpu: 4}` merged by the host.
 fn worked_example_info() -> Info {
     let obj = json!({"replicatedJobs": [{
@@ -239,7 +239,7 @@ fn status_not_found_rule() {
     assert!(matches!(p.status(&ctx), Err(PluginError::Unavailable(_))));
 }
 
-/// Runtime with initializers + trainer, as in the brief's
+/// Runtime with initializers + trainer, as in the product example
 /// `clustertrainingruntime-with-initializer.yaml`.
 fn initializer_info() -> Info {
     let job = |name: &str, ancestor: &str, container: Value| {
@@ -255,7 +255,7 @@ fn initializer_info() -> Info {
         job("node", "trainer", json!({"name": "node", "image": "torch", "command": ["torchrun"],
             "args": ["a"], "env": [{"name": "RUNTIME", "value": "1"}, {"name": "SHARED", "value": "runtime"}]}))
     ]}}}});
-    Info::from_runtime_template(&runtime, &json!({})).expect("runtime")
+    RuntimeFixture::new(runtime).info().expect("runtime")
 }
 
 #[test]
@@ -381,7 +381,7 @@ fn trainer_env_reaches_the_mpi_node_job_with_run_launcher_as_node() {
             "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "mpi"}]}}}}},
         {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [{"name": "node", "image": "mpi"}]}}}}}
     ]}}}});
-    let info = Info::from_runtime_template(&runtime, &json!({})).expect("runtime");
+    let info = RuntimeFixture::new(runtime).info().expect("runtime");
     let (_, objs) = run(
         trainjob(json!({"trainer": {"env": [{"name": "A", "value": "1"}]}})),
         info,
@@ -410,7 +410,8 @@ fn chain_runtime(extra: Value) -> Info {
     if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
         s.extend(e.clone());
     }
-    Info::from_runtime_template(&json!({"spec": {"template": {"spec": spec}}}), &json!({}))
+    RuntimeFixture::new(json!({"spec": {"template": {"spec": spec}}}))
+        .info()
         .expect("runtime")
 }
 
@@ -471,7 +472,7 @@ fn pod_set_env_order_is_kept_so_references_expand() {
             "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "torch",
                 "env": [{"name": "A", "value": "1"}, {"name": "NODES", "value": "$(PET_NNODES)"}]}]}}}}}
     ]}}}});
-    let mut info = Info::from_runtime_template(&runtime, &json!({})).expect("runtime");
+    let mut info = RuntimeFixture::new(runtime).info().expect("runtime");
     let node = &mut info.template_spec.pod_sets[0].containers[0];
     node.env = vec![
         env("A", "1"),
@@ -540,18 +541,18 @@ fn details(v: &Validation) -> Vec<String> {
         .collect()
 }
 
-/// The brief's `clustertrainingruntime-multi-node.yaml` (no ancestor label).
+/// The product example `clustertrainingruntime-multi-node.yaml` (no ancestor label).
 fn multi_node_info() -> Info {
     let runtime = json!({"spec": {"mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}},
         "podGroupPolicy": {"coscheduling": {"scheduleTimeoutSeconds": 300}},
         "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"parallelism": 1,
             "template": {"spec": {"containers": [{"name": "node", "image": "pytorch/pytorch:2.0.0", "command": ["torchrun"]}]}}}}}]}}}});
-    Info::from_runtime_template(&runtime, &json!({})).expect("runtime")
+    RuntimeFixture::new(runtime).info().expect("runtime")
 }
 
 #[test]
 fn warns_when_trainer_settings_cannot_apply() {
-    // The brief's trainjob-minimal.yaml.
+    // The product example trainjob-minimal.yaml.
     let tj = json!({"metadata": {"name": "pytorch-distributed", "namespace": "default"}, "spec": {
         "runtimeRef": {"name": "torch-distributed-multi-node", "kind": "ClusterTrainingRuntime"},
         "trainer": {"image": "pytorch/pytorch:2.0.0", "numNodes": 4, "numProcPerNode": "auto",
@@ -581,12 +582,12 @@ fn warns_when_trainer_settings_cannot_apply() {
 
 #[test]
 fn trainjob_full_initializers_without_initializer_jobs() {
-    // The brief's trainjob-full.yaml against torch-distributed (no initializer jobs):
+    // The product example trainjob-full.yaml against torch-distributed (no initializer jobs):
     // one error per initializer.
     let runtime = json!({"spec": {"mlPolicy": {"torch": {}}, "template": {"spec": {"replicatedJobs": [
         {"name": "node", "template": {"metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
             "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "t"}]}}}}}]}}}});
-    let info = Info::from_runtime_template(&runtime, &json!({})).expect("runtime");
+    let info = RuntimeFixture::new(runtime).info().expect("runtime");
     let tj = trainjob(
         json!({"initializer": {"dataset": {"storageUri": "s3://a"}, "model": {"storageUri": "s3://b"}},
                              "trainer": {"numNodes": 4}}),
@@ -605,7 +606,7 @@ fn trainjob_full_initializers_without_initializer_jobs() {
 #[test]
 fn initializer_container_and_volume_mount_rules() {
     let tj = trainjob(json!({"initializer": {"dataset": {}, "model": {}}}));
-    // dataset-initializer mounts `dataset`, not `initializer` (the brief's runtime): warning by default.
+    // dataset-initializer mounts `dataset`, not `initializer` (the product example's runtime): warning by default.
     let v = validate_with(tj.clone(), None, initializer_info(), vec![]);
     assert!(v.errors.is_empty());
     assert_eq!(v.warnings.len(), 1);

@@ -1,5 +1,5 @@
-//! CustomValidation of the JobSet plugin (admission), spec §3.4, with the
-//! upstream messages, plus Trainforge's warning for `spec.trainer` on a
+//! CustomValidation of the JobSet plugin (admission), with the upstream
+//! messages, plus Trainforge's warning for `spec.trainer` on a
 //! runtime without a trainer-labelled job.
 
 use serde::Deserialize;
@@ -20,8 +20,8 @@ pub const INITIALIZER_VOLUME: &str = "initializer";
 pub struct Config {
     /// Reject (as Kubeflow Trainer v2.3+ does) instead of warn when an
     /// initializer container has no volumeMount named `initializer`.
-    /// Default `false`: the product brief's initializer runtime mounts its
-    /// own volumes and must be accepted.
+    /// Default `false`: initializer runtimes that mount their own volumes
+    /// (as the product's example runtime does) must be accepted.
     pub strict_initializer_volume_mount: bool,
 }
 
@@ -61,8 +61,8 @@ fn error(
     }
 }
 
-/// The warning of the product brief: `spec.trainer` set, but no replicated
-/// job carries the trainer ancestor label, so nothing of it can apply.
+/// Warn when `spec.trainer` is set but no replicated job carries the
+/// trainer ancestor label, so nothing of it can apply.
 pub fn trainer_label_warning(trainjob: &Value, info: &Info, v: &mut Validation) {
     let trainer_set = trainjob
         .pointer("/spec/trainer")

@@ -1,4 +1,4 @@
-//! MPI: Kubeflow Trainer's `plugins/mpi` (spec §3.3). Runs when the runtime
+//! MPI: Kubeflow Trainer's `plugins/mpi`. Runs when the runtime
 //! has `mlPolicy.mpi` (OpenMPI only, as upstream).
 //!
 //! - **enforce-ml-policy** ([`enforce`]): `node` count from

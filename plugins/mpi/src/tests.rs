@@ -4,7 +4,7 @@ use super::*;
 use crate::enforce::{ENV_DEFAULT_SLOTS, ENV_HOSTFILE, ENV_KEEP_FQDN, ENV_RSH_ARGS};
 use pretty_assertions::assert_eq;
 use trainforge_sdk::ANCESTOR_LABEL;
-use trainforge_sdk::testing::Harness;
+use trainforge_sdk::testing::{Harness, RuntimeFixture};
 
 /// An MPI runtime shaped like upstream's `mpi-distributed`/`deepspeed`:
 /// a `launcher` job (trainer label) and a `node` job.
@@ -15,7 +15,7 @@ fn info(mpi: Value, node_resources: Value) -> Info {
         {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [
             {"name": "node", "image": "mpi", "resources": node_resources}]}}}}}
     ]}}}});
-    Info::from_runtime_template(&runtime, &json!({})).expect("runtime")
+    RuntimeFixture::new(runtime).info().expect("runtime")
 }
 
 fn trainjob(trainer: Value) -> Value {
@@ -224,7 +224,7 @@ fn existing_secret_is_not_regenerated() {
 fn nothing_without_the_policy() {
     let runtime = json!({"spec": {"mlPolicy": {"torch": {}}, "template": {"spec": {"replicatedJobs": [
         {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [{"name": "node"}]}}}}}]}}}});
-    let i = Info::from_runtime_template(&runtime, &json!({})).expect("runtime");
+    let i = RuntimeFixture::new(runtime).info().expect("runtime");
     let out = Harness::<Mpi>::new(trainjob(json!({"numNodes": 4})), i.clone())
         .run()
         .expect("runs");

@@ -1,4 +1,4 @@
-//! PlainML (spec §3.1): for runtimes whose `mlPolicy` selects none of Torch,
+//! PlainML (Kubeflow Trainer's `plugins/plainml`): for runtimes whose `mlPolicy` selects none of Torch,
 //! MPI or JAX (so also XGBoost, Flux and policy-less runtimes), apply
 //! `trainer.numNodes` to the trainer pod set and upsert `trainer.env` into its
 //! `node` container. Creates nothing.

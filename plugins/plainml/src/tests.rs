@@ -1,21 +1,27 @@
-//! Unit tests of PlainML (one per rule of spec §3.1).
+//! Unit tests of PlainML, one per rule (see the crate docs).
 
 use super::*;
 use pretty_assertions::assert_eq;
 use trainforge_sdk::ANCESTOR_LABEL;
-use trainforge_sdk::testing::Harness;
+use trainforge_sdk::testing::{Harness, RuntimeFixture};
 
+fn runtime(ml_policy: Value) -> RuntimeFixture {
+    RuntimeFixture::new(
+        json!({"spec": {"mlPolicy": ml_policy, "template": {"spec": {"replicatedJobs": [
+            {"name": "init", "template": {"metadata": {"labels": {ANCESTOR_LABEL: "dataset-initializer"}},
+                "spec": {"template": {"spec": {"containers": [{"name": "init", "image": "i"}]}}}}},
+            {"name": "node", "template": {"metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
+                "spec": {"template": {"spec": {"containers": [
+                    {"name": "node", "image": "img", "env": [{"name": "A", "value": "runtime"}, {"name": "B", "value": "b"}]},
+                    {"name": "sidecar", "image": "s"}
+                ]}}}}}
+        ]}}}}),
+    )
+}
+
+/// The info the operator builds for a TrainJob that overrides nothing.
 fn info(ml_policy: Value) -> Info {
-    let runtime = json!({"spec": {"mlPolicy": ml_policy, "template": {"spec": {"replicatedJobs": [
-        {"name": "init", "template": {"metadata": {"labels": {ANCESTOR_LABEL: "dataset-initializer"}},
-            "spec": {"template": {"spec": {"containers": [{"name": "init", "image": "i"}]}}}}},
-        {"name": "node", "template": {"metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
-            "spec": {"template": {"spec": {"containers": [
-                {"name": "node", "image": "img", "env": [{"name": "A", "value": "runtime"}, {"name": "B", "value": "b"}]},
-                {"name": "sidecar", "image": "s"}
-            ]}}}}}
-    ]}}}});
-    Info::from_runtime_template(&runtime, &json!({})).expect("valid runtime")
+    runtime(ml_policy).info().expect("valid runtime")
 }
 
 fn trainjob(trainer: Value) -> Value {
@@ -23,7 +29,8 @@ fn trainjob(trainer: Value) -> Value {
 }
 
 fn run(ml_policy: Value, trainer: Value) -> Info {
-    Harness::<PlainMl>::new(trainjob(trainer), info(ml_policy))
+    Harness::<PlainMl>::for_runtime(trainjob(trainer), &runtime(ml_policy))
+        .expect("valid fixture")
         .run()
         .expect("runs")
         .info
@@ -112,10 +119,10 @@ fn without_spec_trainer_nothing_changes() {
 
 #[test]
 fn without_trainer_pod_set_nothing_changes() {
-    let runtime = json!({"spec": {"template": {"spec": {"replicatedJobs": [
+    let runtime = RuntimeFixture::new(json!({"spec": {"template": {"spec": {"replicatedJobs": [
         {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [{"name": "node", "image": "i"}]}}}}}
-    ]}}}});
-    let before = Info::from_runtime_template(&runtime, &json!({})).expect("valid runtime");
+    ]}}}}));
+    let before = runtime.info().expect("valid runtime");
     let out = Harness::<PlainMl>::new(
         trainjob(json!({"numNodes": 4, "env": [{"name": "X", "value": "1"}]})),
         before.clone(),

@@ -1,10 +1,10 @@
 //! The environment the Torch plugin injects, and its ordering rule.
 //!
-//! * torchrun's `PET_*` variables (upstream, spec §3.2 step 4): `PET_NNODES`,
+//! * torchrun's `PET_*` variables (upstream): `PET_NNODES`,
 //!   `PET_NPROC_PER_NODE`, `PET_NODE_RANK` (completion-index `fieldRef`),
 //!   `PET_MASTER_ADDR` = `<job>-node-0-0.<job>`, `PET_MASTER_PORT` = `29500`.
 //! * Elastic extras (older generation's `elasticPolicy`, see [`crate::elastic`]).
-//! * The product brief's `TRAINER_*` variables (ours, not upstream):
+//! * Trainforge's `TRAINER_*` variables (not upstream):
 //!   `TRAINER_NNODES` (same value as `PET_NNODES`), `TRAINER_NPROC_PER_NODE`
 //!   (same as `PET_NPROC_PER_NODE`), `TRAINER_NODE_0_HOSTNAME` (DNS name of
 //!   the first trainer pod) and `TRAINER_JOB_ID` (the TrainJob name).
@@ -161,7 +161,7 @@ pub fn elastic(v: &Values) -> Vec<EnvVar> {
     out
 }
 
-/// The brief's `TRAINER_*` variables.
+/// Trainforge's `TRAINER_*` variables (not upstream).
 pub fn trainer_vars(v: &Values) -> Vec<EnvVar> {
     vec![
         literal(TRAINER_NNODES, v.nnodes.clone()),

@@ -1,6 +1,6 @@
-//! Torch (spec §3.2): torchrun's `PET_*` environment, `numProcPerNode`
+//! Torch (Kubeflow Trainer's `plugins/torch`): torchrun's `PET_*` environment, `numProcPerNode`
 //! resolution, torchtune command rewriting, `envInjection`, admission
-//! checks — plus, from our product brief, the older generation's
+//! checks — plus the older generation's
 //! `elasticPolicy` (torchrun elastic settings and an `autoscaling/v2`
 //! HorizontalPodAutoscaler, see [`elastic`]) and the `TRAINER_*` variables
 //! (see [`env`](mod@env)).

@@ -1,5 +1,5 @@
-//! `numProcPerNode` → the value of `PET_NPROC_PER_NODE` (spec §3.2 steps 2–3
-//! and the v2.0/v2.1 version notes).
+//! `numProcPerNode` → the value of `PET_NPROC_PER_NODE`, for both API
+//! generations (v2.0/v2.1 and current).
 //!
 //! The request is `trainer.numProcPerNode` if set, else the older
 //! generation's `mlPolicy.torch.numProcPerNode`, else `auto`. Both are

@@ -1,12 +1,12 @@
-//! Plugin-level tests of Torch: every rule of spec §3.2, the worked example
-//! (§2.9), the brief's examples, elastic training and the `TRAINER_*`
+//! Plugin-level tests of Torch: every rule (see the crate docs), the worked
+//! example (torch-distributed, 2 nodes, 4 GPUs each), the product's examples, elastic training and the `TRAINER_*`
 //! variables. Pure helpers have their own tests next to them.
 
 use super::*;
 use crate::env::tests::container_env;
 use pretty_assertions::assert_eq;
 use trainforge_sdk::ANCESTOR_LABEL;
-use trainforge_sdk::testing::{Harness, Outcome};
+use trainforge_sdk::testing::{Harness, Outcome, RuntimeFixture};
 
 const RANK: &str = "fieldRef:metadata.annotations['batch.kubernetes.io/job-completion-index']";
 
@@ -24,21 +24,11 @@ fn node(resources: Value) -> Value {
     json!({"name": "node", "image": "pytorch", "command": ["torchrun", "train.py"], "resources": resources})
 }
 
-/// The info as the host builds it: the trainer count is `mlPolicy.numNodes` (default 1).
+/// The info the operator builds (the trainer count is `mlPolicy.numNodes`).
 fn host_info(runtime: &Value) -> Info {
-    let mut info = Info::from_runtime_template(runtime, &json!({})).expect("valid runtime");
-    let n = runtime
-        .pointer("/spec/mlPolicy/numNodes")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
-    if runtime
-        .pointer("/spec/mlPolicy")
-        .is_some_and(|p| !p.is_null())
-        && let Some(ps) = info.pod_set_by_ancestor_mut("trainer")
-    {
-        ps.count = Some(i32::try_from(n).expect("small"));
-    }
-    info
+    RuntimeFixture::new(runtime.clone())
+        .info()
+        .expect("valid runtime")
 }
 
 fn trainjob(name: &str, runtime_name: &str, trainer: Option<Value>) -> Value {
@@ -98,7 +88,7 @@ fn yaml(file: &str) -> Value {
     serde_saphyr::from_str(&text).expect("yaml")
 }
 
-// ---- spec §2.9 worked example and §3.2 step 4 --------------------------------------------
+// ---- worked example; the trainer count and PET_* variables ------------------------------
 
 #[test]
 fn worked_example_env_port_and_count() {
@@ -243,7 +233,7 @@ fn other_policies_are_left_alone() {
     }
 }
 
-// ---- numProcPerNode (§3.2 steps 2–3, v2.0/v2.1 notes) -----------------------------------
+// ---- numProcPerNode: `auto`/`cpu`/`gpu` and integer values --------------------------------
 
 fn nproc(ml_policy: Value, runtime_resources: Value, trainer: Value) -> String {
     let info = host_info(&runtime(ml_policy, node(runtime_resources), vec![]));
@@ -432,7 +422,7 @@ fn invalid_quantity_is_an_error_naming_the_field() {
     );
 }
 
-// ---- envInjection (§3.2 step 5) ---------------------------------------------------------
+// ---- envInjection: the variables also reach the named target containers ------------------
 
 fn injection_runtime(targets: Value) -> Info {
     let sidecar_job = json!({"name": "aux", "template": {"spec": {"template": {"spec": {

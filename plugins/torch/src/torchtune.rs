@@ -1,4 +1,4 @@
-//! torchtune mode (spec §3.2): a TrainJob whose `trainer.command` is exactly
+//! torchtune mode: a TrainJob whose `trainer.command` is exactly
 //! `["tune", "run"]` gets its command completed with the rendezvous flag,
 //! the recipe, the config and the runtime's immutable overrides.
 

@@ -1,4 +1,4 @@
-//! CustomValidation (spec §3.2) with upstream's fields and messages, plus
+//! CustomValidation with upstream's fields and messages, plus
 //! our checks for `numProcPerNode` strings, the `TRAINER_*`/elastic reserved
 //! names and the elastic bounds.
 

@@ -1,5 +1,5 @@
 //! Volcano: gang scheduling with Volcano (Kubeflow Trainer's
-//! `plugins/volcano`, spec §3.6). Runs when the runtime has
+//! `plugins/volcano`). Runs when the runtime has
 //! `podGroupPolicy.volcano`.
 //!
 //! - **enforce-pod-group-policy**: pod annotation
@@ -8,8 +8,8 @@
 //!   `minMember`/`minResources` (same sums as coscheduling), `queue` from
 //!   the JobSet annotation `scheduling.volcano.sh/queue-name`,
 //!   `priorityClassName` from the last pod template that sets one, and
-//!   `networkTopology` ([`topology`]: the brief's `networkPolicy` form is
-//!   translated to Volcano's `mode`) — unless it already exists and the
+//!   `networkTopology` ([`topology`]: the `topologyKey`/`networkPolicy` form
+//!   is translated to Volcano's `mode`) — unless it already exists and the
 //!   TrainJob is not suspended;
 //! - **validate**: non-empty queue name, existing PriorityClasses.
 

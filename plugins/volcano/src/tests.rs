@@ -3,11 +3,11 @@
 use super::*;
 use pretty_assertions::assert_eq;
 use trainforge_sdk::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use trainforge_sdk::testing::Harness;
+use trainforge_sdk::testing::{Harness, RuntimeFixture};
 use trainforge_sdk::{ANCESTOR_LABEL, FieldErrorType, HostError, LogLevel};
 
-/// The brief's `clustertrainingruntime-torch-distributed.yaml` (Volcano
-/// policy in the brief's form), optionally with pod priority classes.
+/// The product example `clustertrainingruntime-torch-distributed.yaml`
+/// (Volcano policy in the portable form: `topologyKey`, `networkPolicy`), optionally with pod priority classes.
 fn info(priority: &[Option<&str>], queue: Option<&str>) -> Info {
     let jobs: Vec<Value> = priority
         .iter()
@@ -29,7 +29,7 @@ fn info(priority: &[Option<&str>], queue: Option<&str>) -> Info {
     let runtime = json!({"spec": {"mlPolicy": {"numNodes": 1, "torch": {}},
         "podGroupPolicy": {"volcano": {"networkTopology": {"topologyKey": "topology.kubernetes.io/zone", "networkPolicy": "Best-effort"}}},
         "template": {"metadata": meta, "spec": {"replicatedJobs": jobs}}}});
-    let mut i = Info::from_runtime_template(&runtime, &json!({})).expect("runtime");
+    let mut i = RuntimeFixture::new(runtime).info().expect("runtime");
     for ps in &mut i.template_spec.pod_sets {
         ps.single_pod_requests
             .insert("cpu".into(), Quantity("4".into()));

@@ -4,7 +4,7 @@
 //! Two input forms are accepted (see the API type):
 //! - Volcano's own: `mode` (`hard`|`soft`, default `hard`) and
 //!   `highestTierAllowed` (default 1);
-//! - the product brief's: `topologyKey` + `networkPolicy`
+//! - a portable one: `topologyKey` + `networkPolicy`
 //!   (`Best-effort` → `soft`, `Strict` → `hard`). When `networkPolicy` is
 //!   set it decides the mode.
 //!

@@ -1,4 +1,4 @@
-//! XGBoost (spec §3.8): when the runtime's `mlPolicy.xgboost` is set and a
+//! XGBoost (Kubeflow Trainer's `plugins/xgboost`): when the runtime's `mlPolicy.xgboost` is set and a
 //! trainer pod set exists, its count becomes `trainer.numNodes`, and (with
 //! `spec.trainer` and a `node` container) the Rabit/collective tracker
 //! settings are upserted: `DMLC_TRACKER_URI` = `<job>-node-0-0.<job>`,
@@ -8,8 +8,8 @@
 //! for XGBoost runtimes (count and `trainer.env`).
 //!
 //! Validation: each reserved name in `trainer.env` is refused
-//! (`spec.trainer.env[i]`, Forbidden, `"<NAME> is reserved for the XGBoost
-//! runtime"`).
+//! (`spec.trainer.env[i]`, Forbidden, "`<NAME>` is reserved for the XGBoost
+//! runtime").
 
 pub use trainforge_sdk::quantity;
 

@@ -1,9 +1,9 @@
-//! Unit tests of XGBoost (spec §3.8).
+//! Unit tests of XGBoost, one per rule (see the crate docs).
 
 use super::*;
 use pretty_assertions::assert_eq;
 use trainforge_sdk::ANCESTOR_LABEL;
-use trainforge_sdk::testing::Harness;
+use trainforge_sdk::testing::{Harness, RuntimeFixture};
 
 fn info(ml_policy: Value, resources: Value) -> Info {
     let runtime = json!({"spec": {"mlPolicy": ml_policy, "template": {"spec": {"replicatedJobs": [
@@ -12,7 +12,7 @@ fn info(ml_policy: Value, resources: Value) -> Info {
                 {"name": "node", "image": "ghcr.io/kubeflow/trainer/xgboost-runtime", "resources": resources}
             ]}}}}}
     ]}}}});
-    Info::from_runtime_template(&runtime, &json!({})).expect("valid runtime")
+    RuntimeFixture::new(runtime).info().expect("valid runtime")
 }
 
 fn trainjob(trainer: Option<Value>) -> Value {

@@ -52,7 +52,7 @@ pub struct VolcanoPodGroupPolicySource {
 }
 
 /// NetworkTopologySpec accepts Volcano's form (`mode`, `highestTierAllowed`)
-/// and the product brief's form (`topologyKey`, `networkPolicy`); when
+/// and a portable form (`topologyKey`, `networkPolicy`); when
 /// `networkPolicy` is set it decides the mode (`Best-effort` → `soft`,
 /// `Strict` → `hard`).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

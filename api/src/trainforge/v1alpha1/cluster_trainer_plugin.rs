@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::cel;
 use super::status::ClusterTrainerPluginStatus;
+use crate::plugin::{KindRef, Phase};
 
 /// ClusterTrainerPluginSpec configures one framework plugin (a Wasm
 /// component targeting `trainforge:plugin`) served by the operator.
@@ -56,7 +57,7 @@ pub struct ClusterTrainerPluginSpec {
     /// (all of them when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "set"))]
-    pub phases: Option<Vec<PluginPhase>>,
+    pub phases: Option<Vec<Phase>>,
 
     /// What happens to a reconcile when the plugin cannot answer (load
     /// failure, timeout, trap, memory limit): `Fail` stops it, `Ignore`
@@ -77,7 +78,7 @@ pub struct ClusterTrainerPluginSpec {
     /// cluster-scoped never are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "atomic"))]
-    pub allowed_kinds: Option<Vec<KindReference>>,
+    pub allowed_kinds: Option<Vec<KindRef>>,
 
     /// Kinds the plugin may read through the host, narrowing what it
     /// declares (what it declares when unset). Secrets and cluster-scoped
@@ -85,7 +86,7 @@ pub struct ClusterTrainerPluginSpec {
     /// the namespace of the TrainJob a call is for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "atomic"))]
-    pub allowed_reads: Option<Vec<KindReference>>,
+    pub allowed_reads: Option<Vec<KindRef>>,
 
     /// Host capabilities and pod privileges granted to the plugin (only
     /// capabilities it also declares are given).
@@ -142,77 +143,25 @@ pub struct ConfigMapSource {
     pub key: String,
 }
 
-/// A plugin phase (the WIT function name).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[serde(rename_all = "kebab-case")]
-pub enum PluginPhase {
-    /// `enforce-ml-policy`.
-    EnforceMlPolicy,
-    /// `enforce-pod-group-policy`.
-    EnforcePodGroupPolicy,
-    /// `enforce-pod-spec`.
-    EnforcePodSpec,
-    /// `pre-build`.
-    PreBuild,
-    /// `build`.
-    Build,
-    /// `validate`.
-    Validate,
-    /// `status`.
-    Status,
-}
-
-impl PluginPhase {
-    /// Every phase, in execution order.
-    pub const ALL: [PluginPhase; 7] = [
-        PluginPhase::EnforceMlPolicy,
-        PluginPhase::EnforcePodGroupPolicy,
-        PluginPhase::EnforcePodSpec,
-        PluginPhase::PreBuild,
-        PluginPhase::Build,
-        PluginPhase::Validate,
-        PluginPhase::Status,
-    ];
-
-    /// The WIT function name of the phase, e.g. `enforce-ml-policy`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PluginPhase::EnforceMlPolicy => "enforce-ml-policy",
-            PluginPhase::EnforcePodGroupPolicy => "enforce-pod-group-policy",
-            PluginPhase::EnforcePodSpec => "enforce-pod-spec",
-            PluginPhase::PreBuild => "pre-build",
-            PluginPhase::Build => "build",
-            PluginPhase::Validate => "validate",
-            PluginPhase::Status => "status",
-        }
-    }
-}
-
-// Unit enums get a plain `enum` schema: schemars would turn documented
-// variants into a `oneOf` the API server does not accept as structural.
-impl JsonSchema for PluginPhase {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "PluginPhase".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        let values: Vec<&str> = PluginPhase::ALL.iter().map(|p| p.as_str()).collect();
-        schemars::json_schema!({
-            "type": "string",
-            "description": "A plugin phase (the WIT function name).",
-            "enum": values,
-        })
-    }
-}
-
-/// What a reconcile does when the plugin cannot answer.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What a reconcile does when the plugin cannot answer (load failure,
+/// timeout, trap, memory limit, or an error it returns), in any phase.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum FailurePolicy {
-    /// The reconcile fails (and is retried).
+    /// The reconcile stops with the plugin's error (and is retried).
     #[default]
     Fail,
-    /// The plugin is skipped for that reconcile.
+    /// The failure is logged and reported as a warning; the plugin's
+    /// contribution to that phase is skipped and the reconcile goes on.
     Ignore,
+}
+
+impl std::fmt::Display for FailurePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FailurePolicy::Fail => "Fail",
+            FailurePolicy::Ignore => "Ignore",
+        })
+    }
 }
 
 impl JsonSchema for FailurePolicy {
@@ -243,20 +192,6 @@ pub struct PluginLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("maxLength" = 32, "x-kubernetes-validations" = [cel::MEMORY_RANGE]))]
     pub memory: Option<IntOrString>,
-}
-
-/// The API version and kind of an object type.
-#[derive(
-    Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub struct KindReference {
-    /// `group/version`, or `v1` for the core group.
-    #[schemars(length(min = 1, max = 317))]
-    pub api_version: String,
-    /// Kind, e.g. `ConfigMap`.
-    #[schemars(length(min = 1, max = 63))]
-    pub kind: String,
 }
 
 /// Host capabilities and pod privileges granted to a plugin.

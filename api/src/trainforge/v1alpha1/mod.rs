@@ -5,8 +5,8 @@ pub mod cluster_trainer_plugin;
 pub mod status;
 
 pub use cluster_trainer_plugin::{
-    ClusterTrainerPlugin, ClusterTrainerPluginSpec, ConfigMapSource, FailurePolicy, KindReference,
-    PluginGrants, PluginLimits, PluginPhase, PluginSourceSpec, PodSecurityGrants,
+    ClusterTrainerPlugin, ClusterTrainerPluginSpec, ConfigMapSource, FailurePolicy, PluginGrants,
+    PluginLimits, PluginSourceSpec, PodSecurityGrants,
 };
 pub use status::{ClusterTrainerPluginStatus, DescribedPlugin, condition, reason};
 

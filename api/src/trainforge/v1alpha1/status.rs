@@ -6,7 +6,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::cluster_trainer_plugin::{ClusterTrainerPluginSpec, KindReference};
+use super::cluster_trainer_plugin::ClusterTrainerPluginSpec;
+use crate::plugin::KindRef;
 
 /// ClusterTrainerPluginStatus is the observed state of a plugin.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -67,11 +68,11 @@ pub struct DescribedPlugin {
     /// Kinds it may emit (after `spec.allowedKinds` narrowing).
     #[serde(default)]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
-    pub emits: Vec<KindReference>,
+    pub emits: Vec<KindRef>,
     /// Kinds it reads through `host.get-object`.
     #[serde(default)]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
-    pub reads: Vec<KindReference>,
+    pub reads: Vec<KindRef>,
 }
 
 /// Condition types.

@@ -9,13 +9,9 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_quantity::ParsedQuantity;
 use trainforge_api::plugin::{KindRef, Phase};
-use trainforge_api::trainforge::v1alpha1::{
-    ClusterTrainerPluginSpec, FailurePolicy, KindReference, PluginPhase,
-};
+use trainforge_api::trainforge::v1alpha1::{ClusterTrainerPluginSpec, FailurePolicy};
 
-use crate::plugin::{
-    FailurePolicy as RuntimeFailurePolicy, Grants, Limits, ObjectSource, PluginSource, PodGrants,
-};
+use crate::plugin::{Grants, Limits, ObjectSource, PluginSource, PodGrants};
 
 /// Shortest and longest call deadline accepted (the CRD enforces the same).
 pub const TIMEOUT_RANGE: (Duration, Duration) =
@@ -61,32 +57,6 @@ pub struct PluginOptions {
     pub allowed_emits: Option<Vec<KindRef>>,
     /// Kinds the plugin may read (what it declares when `None`).
     pub allowed_reads: Option<Vec<KindRef>>,
-}
-
-/// A kind reference of the CRD as the runtime's [`KindRef`].
-pub fn kind_ref(k: &KindReference) -> KindRef {
-    KindRef::new(k.api_version.clone(), k.kind.clone())
-}
-
-/// A runtime [`KindRef`] as the CRD's kind reference.
-pub fn kind_reference(k: &KindRef) -> KindReference {
-    KindReference {
-        api_version: k.api_version.clone(),
-        kind: k.kind.clone(),
-    }
-}
-
-/// The runtime's phase for a CRD phase.
-pub fn phase(p: PluginPhase) -> Phase {
-    match p {
-        PluginPhase::EnforceMlPolicy => Phase::EnforceMlPolicy,
-        PluginPhase::EnforcePodGroupPolicy => Phase::EnforcePodGroupPolicy,
-        PluginPhase::EnforcePodSpec => Phase::EnforcePodSpec,
-        PluginPhase::PreBuild => Phase::PreBuild,
-        PluginPhase::Build => Phase::Build,
-        PluginPhase::Validate => Phase::Validate,
-        PluginPhase::Status => Phase::Status,
-    }
 }
 
 /// Parse `limits.timeout`: an integer is milliseconds, a string a duration
@@ -177,18 +147,9 @@ pub fn options(
         grants,
         limits,
         failure_policy: spec.failure_policy.unwrap_or_default(),
-        phases: spec
-            .phases
-            .as_ref()
-            .map(|ps| ps.iter().copied().map(phase).collect()),
-        allowed_emits: spec
-            .allowed_kinds
-            .as_ref()
-            .map(|ks| ks.iter().map(kind_ref).collect()),
-        allowed_reads: spec
-            .allowed_reads
-            .as_ref()
-            .map(|ks| ks.iter().map(kind_ref).collect()),
+        phases: spec.phases.clone(),
+        allowed_emits: spec.allowed_kinds.clone(),
+        allowed_reads: spec.allowed_reads.clone(),
     })
 }
 
@@ -210,10 +171,7 @@ pub fn plugin_source(
     src.grants = opts.grants.clone();
     src.limits = opts.limits;
     src.objects = objects;
-    src.failure_policy = match opts.failure_policy {
-        FailurePolicy::Fail => RuntimeFailurePolicy::Fail,
-        FailurePolicy::Ignore => RuntimeFailurePolicy::Ignore,
-    };
+    src.failure_policy = opts.failure_policy;
     src.phases = opts.phases.clone();
     src.allowed_emits = opts.allowed_emits.clone();
     src.allowed_reads = opts.allowed_reads.clone();

@@ -16,7 +16,6 @@ use tokio::sync::watch;
 use trainforge_api::plugin::{KindRef, Phase};
 use trainforge_api::trainforge::v1alpha1::{ClusterTrainerPluginSpec, DescribedPlugin, reason};
 
-use super::spec::kind_reference;
 use crate::plugin::{LoadedPlugin, ObjectSource, PluginRuntime, PluginSet};
 
 /// Outcome of one stage (`Fetched`, `Verified`, `Compiled`) of an attempt.
@@ -145,8 +144,8 @@ impl Serving {
             version: d.version.clone(),
             wit_version: d.wit_version.clone(),
             phases: called.iter().map(|p| p.as_str().to_owned()).collect(),
-            emits: emits.iter().map(kind_reference).collect(),
-            reads: reads.iter().map(kind_reference).collect(),
+            emits: emits.iter().cloned().collect(),
+            reads: reads.iter().cloned().collect(),
         };
         Serving {
             status_phase: called.contains(&Phase::Status),
@@ -676,7 +675,7 @@ fn clash(state: &State, name: &str, candidate: &Serving) -> Result<(), Clash> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
     use crate::controller::catalog::fetch::find_builtin;
@@ -689,18 +688,14 @@ mod tests {
         )
     }
 
-    /// A builtin loaded as CR generation 1 with `order`; `None` when the
-    /// builtins are not embedded (`TRAINFORGE_SKIP_BUILTIN_PLUGINS`).
-    fn serving(c: &PluginCatalog, builtin: &str, order: i32) -> Option<Serving> {
-        let b = find_builtin(builtin)?;
+    /// A builtin loaded as CR generation 1 with `order`. A build with
+    /// `TRAINFORGE_SKIP_BUILTIN_PLUGINS` embeds none, and these tests then
+    /// fail rather than pass without checking anything.
+    fn serving(c: &PluginCatalog, builtin: &str, order: i32) -> Serving {
+        let b = find_builtin(builtin)
+            .unwrap_or_else(|| panic!("builtin plugin {builtin:?} is not embedded"));
         let p = c.runtime().load(b.trusted_source()).unwrap();
-        Some(Serving::new(
-            p,
-            ClusterTrainerPluginSpec::default(),
-            1,
-            order,
-            None,
-        ))
+        Serving::new(p, ClusterTrainerPluginSpec::default(), 1, order, None)
     }
 
     fn ok() -> Attempt {
@@ -725,13 +720,9 @@ mod tests {
     #[test]
     fn swaps_sort_by_order_then_name_and_refuse_clashes() {
         let c = catalog();
-        let (Some(jax), Some(plainml), Some(twin)) = (
-            serving(&c, "jax", 5),
-            serving(&c, "plainml", 5),
-            serving(&c, "plainml", 0),
-        ) else {
-            return;
-        };
+        let jax = serving(&c, "jax", 5);
+        let plainml = serving(&c, "plainml", 5);
+        let twin = serving(&c, "plainml", 0);
         let rx = c.subscribe();
         c.set_initial(["u1".to_owned(), "u2".to_owned()].into());
         c.commit("zeta", "u1", ok(), Some(jax));
@@ -770,7 +761,7 @@ mod tests {
         c.remove("alpha", Some("u2"));
         assert_eq!(names(&c), ["jax"]);
         assert_eq!(c.kinds(), declared(&c));
-        let late = serving(&c, "plainml", 0).unwrap();
+        let late = serving(&c, "plainml", 0);
         c.commit("alpha", "u2", ok(), Some(late));
         assert_eq!(names(&c), ["jax"]);
         assert_eq!(c.serving_digest("alpha"), None);
@@ -784,9 +775,7 @@ mod tests {
         for first_is_winner in [true, false] {
             let c = catalog();
             let mut kicks = c.take_kicks().unwrap();
-            let (Some(a), Some(z)) = (serving(&c, "plainml", 0), serving(&c, "plainml", 0)) else {
-                return;
-            };
+            let (a, z) = (serving(&c, "plainml", 0), serving(&c, "plainml", 0));
             let order = if first_is_winner {
                 [("aaa", "u1", a), ("zzz", "u2", z)]
             } else {

@@ -511,10 +511,7 @@ impl Reconcile<'_> {
         let answer = tokio::task::spawn_blocking(move || -> Result<_, PipelineError> {
             let info = match info {
                 Some(i) => i,
-                None => {
-                    let merged = crate::pipeline::merge::merge(&job, runtime.spec())?;
-                    crate::pipeline::info::runtime_info(&merged)?
-                }
+                None => trainforge_api::blueprint::runtime_info_for(&job, runtime.spec())?,
             };
             Ok(plugins.status_report(&job_json, &info))
         })

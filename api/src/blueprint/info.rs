@@ -1,14 +1,14 @@
-//! Step 2 of the pipeline (pure): the merged blueprint → the runtime info
-//! that plugins see ([`trainforge_api::plugin::Info`]), one pod set per
+//! Step 2 of building the info (pure): the merged blueprint → the runtime info
+//! that plugins see ([`crate::plugin::Info`]), one pod set per
 //! replicated job in the template's order.
 
 use std::collections::BTreeMap;
 
+use crate::plugin::{Container, Info, PodSet, RuntimePolicy, Scheduler, TemplateSpec};
+use crate::trainer::v1alpha1::constants::ANCESTOR_TRAINER;
 use k8s_openapi::api::core::v1::{Container as K8sContainer, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube_quantity::ParsedQuantity;
-use trainforge_api::plugin::{Container, Info, PodSet, RuntimePolicy, Scheduler, TemplateSpec};
-use trainforge_api::trainer::v1alpha1::constants::ANCESTOR_TRAINER;
 
 use super::merge::{MergedTemplate, ancestor};
 

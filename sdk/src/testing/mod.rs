@@ -1,6 +1,7 @@
 //! A native test harness: run a plugin's phases without Wasm, in a normal
 //! `cargo test`, the way the host would (phases in order, the TrainJob and
-//! info threaded through, `build` output checked against `emits`).
+//! info threaded through, `build` output checked against `emits`), starting
+//! from the info the operator builds ([`RuntimeFixture`]).
 //!
 //! ```
 //! use trainforge_sdk::prelude::*;
@@ -17,6 +18,12 @@
 //!     .unwrap();
 //! assert!(out.objects.is_empty());
 //! ```
+
+#[cfg(not(target_arch = "wasm32"))]
+mod fixture;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub use fixture::{FixtureError, RUNTIME_NAME, RuntimeFixture, TRAINJOB_NAME};
 
 use crate::Plugin;
 use crate::context::{PhaseContext, ValidateContext};
@@ -121,6 +128,14 @@ impl<P: Plugin> Harness<P> {
             info,
             config: Value::Object(Default::default()),
         }
+    }
+
+    /// A harness for `P` with a TrainJob and the info the operator builds
+    /// for it on `runtime` ([`RuntimeFixture::info_for`]).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn for_runtime(trainjob: Value, runtime: &RuntimeFixture) -> Result<Self, FixtureError> {
+        let info = runtime.info_for(&trainjob)?;
+        Ok(Self::new(trainjob, info))
     }
 
     /// Set the plugin configuration.

@@ -1,18 +1,20 @@
 //! Structural defaulting from our generated CRD schemas, as the API server
 //! does on create: an absent field whose schema has a `default` gets it, in
 //! objects nested at any depth (through `properties`, `items` and
-//! `additionalProperties`). `render` uses it so that objects read from files
-//! look exactly as they would when read back from a cluster (e.g. a runtime's
-//! replicated jobs get JobSet's `replicas: 1` and `groupName: default`).
+//! `additionalProperties`). `trainforge render`, `trainforge plugin run` and
+//! the SDK's test builders use it so that objects read from files or written
+//! in tests look exactly as they would when read back from a cluster (e.g. a
+//! runtime's replicated jobs get JobSet's `replicas: 1` and `groupName:
+//! default`).
 //!
 //! The schemas are the ones `trainforge crds` writes, so there is one source
 //! of truth for defaults.
 
+use crate::crds::{CrdError, all_crds};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
 use serde_json::Value;
-use trainforge_api::crds::{CrdError, all_crds};
 
 /// Why defaults could not be applied.
 #[derive(Debug, thiserror::Error)]

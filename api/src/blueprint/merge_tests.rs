@@ -1,9 +1,9 @@
 //! Tests of [`super::merge`]: precedence of labels, both override generations,
 //! strategic-merge details and `resourcesPerNode`.
 
+use crate::trainer::v1alpha1::{TrainJob, TrainingRuntimeSpec};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use trainforge_api::trainer::v1alpha1::{TrainJob, TrainingRuntimeSpec};
 
 use super::merge::{MergeError, merge};
 

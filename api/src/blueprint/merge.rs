@@ -1,4 +1,4 @@
-//! Step 1 of the pipeline (pure): runtime template + TrainJob overrides →
+//! Step 1 of building the info (pure): runtime template + TrainJob overrides →
 //! the merged JobSet blueprint that plugins start from.
 //!
 //! Mirrors Kubeflow Trainer's `newRuntimeInfo` merge:
@@ -19,15 +19,15 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde_json::{Map, Value, json};
-use trainforge_api::jobset::v1alpha2::JobSetSpec;
-use trainforge_api::trainer::v1alpha1::constants::{
+use crate::jobset::v1alpha2::JobSetSpec;
+use crate::trainer::v1alpha1::constants::{
     ANCESTOR_TRAINER, CONTAINER_NODE, LABEL_TRAINJOB_ANCESTOR, NODE,
 };
-use trainforge_api::trainer::v1alpha1::{
+use crate::trainer::v1alpha1::{
     MLPolicy, PodGroupPolicy, RuntimePatch, TrainJob, TrainingRuntimeSpec,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{Map, Value, json};
 
 use super::strategic_merge;
 
@@ -311,7 +311,7 @@ pub fn merge_collecting(
 }
 
 /// The value of a replicated job's ancestor label, if any.
-pub fn ancestor(job: &trainforge_api::jobset::v1alpha2::ReplicatedJob) -> Option<&str> {
+pub fn ancestor(job: &crate::jobset::v1alpha2::ReplicatedJob) -> Option<&str> {
     job.template
         .metadata
         .as_ref()
@@ -320,18 +320,14 @@ pub fn ancestor(job: &trainforge_api::jobset::v1alpha2::ReplicatedJob) -> Option
         .map(String::as_str)
 }
 
-fn patch_template(
-    patch: &RuntimePatch,
-) -> Option<&trainforge_api::trainer::v1alpha1::JobSetTemplatePatch> {
+fn patch_template(patch: &RuntimePatch) -> Option<&crate::trainer::v1alpha1::JobSetTemplatePatch> {
     patch
         .training_runtime_spec
         .as_ref()
         .and_then(|s| s.template.as_ref())
 }
 
-fn jobs(
-    spec: &JobSetSpec,
-) -> impl Iterator<Item = &trainforge_api::jobset::v1alpha2::ReplicatedJob> {
+fn jobs(spec: &JobSetSpec) -> impl Iterator<Item = &crate::jobset::v1alpha2::ReplicatedJob> {
     spec.replicated_jobs.iter().flatten()
 }
 
