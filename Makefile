@@ -19,10 +19,13 @@ DEMO_ARGS ?=
 .PHONY: demo test controlplane preflight preflight-tests
 
 # One `cargo build` for the operator and the demo runner, so that their
-# shared dependencies are built once, with the features `make test` uses too
-# (see testenv/Cargo.toml); the runner starts the `trainforge` beside it.
+# shared dependencies are built once, with the features `make test` uses too:
+# the SDK is in it for its proc-macro and serde_json features, testenv names
+# the features of test-only crates (testenv/Cargo.toml). Otherwise `make test`
+# rebuilds Wasmtime and kube after `make demo`. The runner starts the
+# `trainforge` beside it.
 demo: preflight controlplane
-	$(CARGO) build -p trainforge -p trainforge-testenv --bins
+	$(CARGO) build -p trainforge -p trainforge-testenv -p trainforge-sdk --lib --bins
 	"$(TARGET_DIR)/debug/trainforge-demo" $(DEMO_ARGS)
 
 # Control-plane tests are required: a missing binary fails instead of skipping.
