@@ -29,8 +29,13 @@ demo: preflight controlplane
 	"$(TARGET_DIR)/debug/trainforge-demo" $(DEMO_ARGS)
 
 # Control-plane tests are required: a missing binary fails instead of skipping.
+# The Kubeflow Python SDK suite (host/tests/kubeflow_sdk.rs runs testenv/sdk)
+# uses the hash-pinned venv testenv/sdk/venv.sh keeps up to date (needs
+# python3 >= 3.11 with venv; a no-op when current).
 test: preflight-tests controlplane
-	TRAINFORGE_TESTENV_REQUIRED=1 $(CARGO) test --workspace --no-fail-fast
+	testenv/sdk/venv.sh "$(TARGET_DIR)/sdk-venv"
+	TRAINFORGE_TESTENV_REQUIRED=1 TRAINFORGE_SDK_VENV="$(abspath $(TARGET_DIR)/sdk-venv)" \
+	  $(CARGO) test --workspace --no-fail-fast
 
 controlplane:
 	testenv/build.sh
