@@ -27,10 +27,14 @@ from conftest import (
 )
 from kubeflow.trainer import CustomTrainer, TrainerClient
 from kubeflow.trainer.options import (
+    ActiveDeadlineSeconds,
+    Annotations,
     JobSetSpecPatch,
     JobSetTemplatePatch,
     JobSpecPatch,
     JobTemplatePatch,
+    Labels,
+    Name,
     PodTemplatePatch,
     ReplicatedJobPatch,
     RuntimePatch,
@@ -43,14 +47,19 @@ GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 NO_RETRIES = "torch-no-retries"
 # How long a TrainJob with an invalid spec may take to be Failed.
 INVALID_TIMEOUT = 30
+# activeDeadlineSeconds of the job whose pods never finish.
+DEADLINE = 10
 
 
 def step_names(n: int) -> list[str]:
     return [f"node-{i}" for i in range(n)]
 
 
-def fail_pods_patch() -> RuntimePatch:
-    """Label the `node` pods so that kwok fails them once Running."""
+def node_pods_patch(labels: dict, annotations: dict | None = None) -> RuntimePatch:
+    """Labels and annotations on the pod template of the `node` job."""
+    metadata = {"labels": labels}
+    if annotations:
+        metadata["annotations"] = annotations
     return RuntimePatch(
         training_runtime_spec=TrainingRuntimeSpecPatch(
             template=JobSetTemplatePatch(
@@ -59,17 +68,26 @@ def fail_pods_patch() -> RuntimePatch:
                         ReplicatedJobPatch(
                             name="node",
                             template=JobTemplatePatch(
-                                spec=JobSpecPatch(
-                                    template=PodTemplatePatch(
-                                        metadata={"labels": {KWOK_FAIL_LABEL: "true"}}
-                                    )
-                                )
+                                spec=JobSpecPatch(template=PodTemplatePatch(metadata=metadata))
                             ),
                         )
                     ]
                 )
             )
         )
+    )
+
+
+def fail_pods_patch() -> RuntimePatch:
+    """kwok fails the `node` pods once they are Running."""
+    return node_pods_patch({KWOK_FAIL_LABEL: "true"})
+
+
+def long_running_patch() -> RuntimePatch:
+    """kwok keeps the `node` pods Running for 10 minutes (then fails them)."""
+    return node_pods_patch(
+        {KWOK_FAIL_LABEL: "true"},
+        {f"{KWOK_FAIL_LABEL}/delay": "600s", f"{KWOK_FAIL_LABEL}/jitter-delay": "600s"},
     )
 
 
@@ -117,10 +135,33 @@ def invalid(client) -> str:
 
 
 @pytest.fixture(scope="session")
-def all_jobs(submitted, failing, invalid) -> dict:
+def all_jobs(client, submitted, failing, invalid) -> dict:
     """Every TrainJob of the suite, created before the first wait so that
     the operator runs them in parallel."""
-    return {**submitted, "failing": failing, "invalid": invalid}
+    jobs = {**submitted, "failing": failing, "invalid": invalid}
+    # No trainer (spec.trainer omitted: the runtime's one node), with the
+    # name, labels and annotations options.
+    jobs["named"] = client.train(
+        runtime="torch-distributed",
+        options=[
+            Name("sdk-named"),
+            Labels({"trainforge.test/suite": "sdk"}),
+            Annotations({"trainforge.test/note": "named by the SDK"}),
+        ],
+    )
+    # Pods that stay Running.
+    jobs["running"] = client.train(
+        runtime="torch-distributed",
+        trainer=CustomTrainer(func=train_fn, num_nodes=NUM_NODES, resources_per_node=RESOURCES),
+        options=[long_running_patch()],
+    )
+    # Pods that stay Running past the job's active deadline.
+    jobs["deadline"] = client.train(
+        runtime="torch-distributed",
+        trainer=CustomTrainer(func=train_fn, num_nodes=1, resources_per_node=RESOURCES),
+        options=[long_running_patch(), ActiveDeadlineSeconds(DEADLINE)],
+    )
+    return jobs
 
 
 def test_client_targets_the_kubeconfig_namespace(client, namespace):
@@ -133,7 +174,10 @@ def test_client_reads_the_control_plane_version(namespace, caplog):
     with caplog.at_level(logging.WARNING):
         TrainerClient()
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert not warnings, warnings
+    assert not warnings, (
+        "the install must ship ConfigMap kubeflow-system/kubeflow-trainer-public with "
+        f"data.kubeflow_trainer_version, readable by the SDK's user: {warnings}"
+    )
 
 
 def test_list_runtimes_has_every_shipped_runtime(client):
@@ -212,7 +256,7 @@ def test_train_runs_to_complete(client, kube, namespace, all_jobs, runtime):
 
 def test_list_jobs(client, all_jobs):
     for key, name in all_jobs.items():
-        if key != "invalid":
+        if key not in ("invalid", "running"):
             client.wait_for_job_status(
                 name, status={"Complete", "Failed"}, timeout=TIMEOUT, polling_interval=POLL
             )
@@ -245,13 +289,61 @@ def test_failing_pods_make_the_job_failed(client, all_jobs):
     assert "Failed" in {s.status for s in job.steps}, job.steps
 
 
+def test_train_without_trainer_and_with_metadata_options(client, kube, namespace, all_jobs):
+    name = all_jobs["named"]
+    assert name == "sdk-named"
+    job = client.wait_for_job_status(name, timeout=TIMEOUT, polling_interval=POLL)
+    assert job.num_nodes == 1, job
+    assert [s.name for s in job.steps] == ["node-0"], job.steps
+    stored = k8s.CustomObjectsApi(kube).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "trainjobs", name
+    )
+    assert "trainer" not in stored["spec"], stored["spec"]
+    assert stored["metadata"]["labels"]["trainforge.test/suite"] == "sdk"
+    assert stored["metadata"]["annotations"]["trainforge.test/note"] == "named by the SDK"
+
+
+def test_running_job(client, all_jobs):
+    """Pods kwok keeps Running: the SDK infers Running from them (the
+    operator sets no condition while the job runs)."""
+    name = all_jobs["running"]
+    job = client.wait_for_job_status(
+        name, status={"Running"}, timeout=TIMEOUT, polling_interval=POLL
+    )
+    assert job.status == "Running"
+    assert sorted(s.name for s in job.steps) == step_names(NUM_NODES), job.steps
+    assert {s.status for s in job.steps} == {"Running"}, job.steps
+    with pytest.raises(TimeoutError):
+        client.wait_for_job_status(name, timeout=3, polling_interval=POLL)
+
+
+def test_active_deadline_fails_the_job(client, kube, namespace, all_jobs):
+    name = all_jobs["deadline"]
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="Failed"):
+        client.wait_for_job_status(name, timeout=TIMEOUT, polling_interval=POLL)
+    assert time.monotonic() - start < TIMEOUT
+    stored = k8s.CustomObjectsApi(kube).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "trainjobs", name
+    )
+    assert stored["spec"]["activeDeadlineSeconds"] == DEADLINE
+    failed = [c for c in stored["status"]["conditions"] if c["type"] == "Failed"]
+    assert failed and failed[0]["reason"] == "DeadlineExceeded", stored["status"]
+
+
 def test_invalid_spec_fails_fast(client, all_jobs):
     """The operator refuses the spec (reserved PET_NNODES on a torch
     runtime): the TrainJob is Failed, so the wait raises at once instead of
     timing out."""
     name = all_jobs["invalid"]
     with pytest.raises(RuntimeError, match="Failed"):
-        client.wait_for_job_status(name, timeout=INVALID_TIMEOUT, polling_interval=POLL)
+        try:
+            client.wait_for_job_status(name, timeout=INVALID_TIMEOUT, polling_interval=POLL)
+        except TimeoutError:
+            pytest.fail(
+                f"TrainJob {name} (invalid spec) is not Failed after {INVALID_TIMEOUT}s: "
+                "the operator must set Failed=True on a TrainJob it refuses"
+            )
     job = client.get_job(name)
     assert job.status == "Failed"
     assert job.steps == [], "nothing is built for an invalid TrainJob"
@@ -261,7 +353,10 @@ def test_get_job_events(client, all_jobs):
     name = all_jobs["torch-distributed"]
     client.wait_for_job_status(name, timeout=TIMEOUT, polling_interval=POLL)
     events = client.get_job_events(name)
-    assert events, "no events"
+    assert events, (
+        "get_job_events returned nothing: the SDK only sees core/v1 Events with "
+        "firstTimestamp set about the TrainJob, its JobSet, Jobs or Pods"
+    )
     times = [e.event_time for e in events]
     assert all(times) and times == sorted(times), events
     mine = [e for e in events if e.involved_object_kind == "TrainJob"]
@@ -336,10 +431,13 @@ def owned_objects(kube, namespace, trainjob_uid) -> list[str]:
     return sorted(owned.values())
 
 
-@pytest.mark.parametrize("runtime", ["torch-distributed", "deepspeed-distributed"])
-def test_delete_job_removes_the_job_and_its_children(client, kube, namespace, all_jobs, runtime):
-    name = all_jobs[runtime]
-    client.wait_for_job_status(name, timeout=TIMEOUT, polling_interval=POLL)
+@pytest.mark.parametrize("key", ["torch-distributed", "deepspeed-distributed", "running"])
+def test_delete_job_removes_the_job_and_its_children(client, kube, namespace, all_jobs, key):
+    """Complete jobs (torch; MPI, which also owns a Secret) and a running one."""
+    name = all_jobs[key]
+    client.wait_for_job_status(
+        name, status={"Complete", "Running"}, timeout=TIMEOUT, polling_interval=POLL
+    )
     custom = k8s.CustomObjectsApi(kube)
     uid = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)[
         "metadata"
