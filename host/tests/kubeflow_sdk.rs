@@ -102,6 +102,7 @@ async fn kubeflow_python_sdk_suite() {
             return;
         }
     };
+    let setup = Instant::now();
     let Some(env) = trainforge_testenv::require!(Mode::Full) else {
         return;
     };
@@ -137,7 +138,9 @@ async fn kubeflow_python_sdk_suite() {
     let kubeconfig = env.dir().join("sdk.kubeconfig");
     sdk_kubeconfig(env.kubeconfig(), &ns, &kubeconfig);
     report(&format!(
-        "kubeflow SDK suite: {} -m pytest testenv/sdk (namespace {ns}, KUBECONFIG={})",
+        "kubeflow SDK suite: control plane, plugins, runtimes and operator ready in {:.1}s; \
+         {} -m pytest testenv/sdk (namespace {ns}, KUBECONFIG={})",
+        setup.elapsed().as_secs_f64(),
         python.display(),
         kubeconfig.display()
     ));
@@ -160,6 +163,12 @@ async fn kubeflow_python_sdk_suite() {
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env("PYTHONUNBUFFERED", "1")
         .env_remove("KUBEFLOW_SYSTEM_NAMESPACE")
+        // The apiserver is on 127.0.0.1; the Python client would send its
+        // requests to a proxy from the environment (it ignores NO_PROXY).
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .env_remove("HTTP_PROXY")
+        .env_remove("http_proxy")
         .stdin(Stdio::null())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())

@@ -31,6 +31,13 @@ PYVER="$("$PY" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')" ||
 "$PY" -c 'import venv, ensurepip' 2>/dev/null ||
   die "'$PY' (Python $PYVER) has no working 'python3 -m venv' (modules venv/ensurepip missing; Debian/Ubuntu: apt-get install python3-venv)"
 
+# requirements.txt must pin what requirements.in pins (lock.py writes it).
+while read -r pin; do
+  [[ -z "$pin" || "$pin" == \#* ]] && continue
+  grep -qxF "$pin \\" "$REQ" ||
+    die "$REQ does not pin '$pin' of requirements.in: rerun 'python3 testenv/sdk/lock.py'"
+done <"$HERE/requirements.in"
+
 if [[ "${1:-}" == "--check" ]]; then
   echo "sdk venv: $PY (Python $PYVER) can create the venv"
   exit 0
@@ -48,6 +55,10 @@ if [[ -x "$DIR/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; th
   exit 0
 fi
 
+# Replace only a venv (or an empty directory): DIR comes from the caller.
+if [[ -d "$DIR" && ! -f "$DIR/pyvenv.cfg" && -n "$(ls -A "$DIR")" ]]; then
+  die "$DIR exists and is not a venv: refusing to replace it"
+fi
 start=$(date +%s)
 echo "sdk venv: creating $DIR with $PY (Python $PYVER) from $REQ"
 rm -rf "$DIR"
