@@ -783,7 +783,11 @@ fn every_trainer_var_set_by_the_user_is_accepted_and_wins_everywhere() {
         .push(json!({"name": "sidecar", "image": "busybox"}));
     for name in crate::env::TRAINER_VARS {
         let user = format!("user-{name}");
-        let tj = trainjob("j", "rt", Some(json!({"env": [{"name": name, "value": user}]})));
+        let tj = trainjob(
+            "j",
+            "rt",
+            Some(json!({"env": [{"name": name, "value": user}]})),
+        );
         let v = Harness::<Torch>::new(tj.clone(), host_info(&rt))
             .validate(None)
             .expect("validates");
@@ -796,7 +800,11 @@ fn every_trainer_var_set_by_the_user_is_accepted_and_wins_everywhere() {
                 .filter(|(n, _)| n == name)
                 .map(|(_, v)| v.as_str())
                 .collect();
-            assert_eq!(values, vec![user.as_str()], "{name} in {container}: {env:?}");
+            assert_eq!(
+                values,
+                vec![user.as_str()],
+                "{name} in {container}: {env:?}"
+            );
         }
         // The other TRAINER_* names keep our values.
         let ours = env_list(&out.info, "node", "node");

@@ -58,8 +58,7 @@ pub fn validate(trainjob: &Value, info: &Info) -> Validation {
         .flat_map(|t| t.env.iter().flatten())
         .map(|e| e.name.as_str())
         .filter(|n| {
-            PET_RESERVED.contains(n)
-                || (elastic_policy.is_some() && ELASTIC_VARS.contains(n))
+            PET_RESERVED.contains(n) || (elastic_policy.is_some() && ELASTIC_VARS.contains(n))
         })
         .collect();
     if !reserved.is_empty() {
