@@ -615,3 +615,149 @@ async fn unsupported_runtime_kind_fails_with_upstreams_condition() {
     .await;
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
 }
+
+/// A client that knows only the newer API (as Kueue does): it reads the
+/// TrainJob, keeps only the fields upstream v2.3 has, adds its own runtime
+/// patch, unsuspends and writes the whole object back (retrying conflicts).
+async fn rewrite_with_newer_types(client: &kube::Client, ns: &str, name: &str) {
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "trainer.kubeflow.org",
+            "v1alpha1",
+            "TrainJob",
+        )),
+    );
+    for _ in 0..20 {
+        let mut tj = serde_json::to_value(api.get(name).await.unwrap()).unwrap();
+        let spec = tj["spec"].as_object_mut().unwrap();
+        spec.retain(|k, _| {
+            [
+                "runtimeRef",
+                "initializer",
+                "trainer",
+                "runtimePatches",
+                "suspend",
+                "managedBy",
+                "activeDeadlineSeconds",
+            ]
+            .contains(&k.as_str())
+        });
+        spec.insert("suspend".into(), json!(false));
+        let patches = spec
+            .entry("runtimePatches")
+            .or_insert_with(|| json!([]))
+            .as_array_mut()
+            .unwrap();
+        patches.push(json!({"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {
+            "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+                "nodeSelector": {"kueue-flavor": "f1"}}}}}}]}}}}));
+        let obj: kube::api::DynamicObject = serde_json::from_value(tj).unwrap();
+        match api
+            .replace(name, &kube::api::PostParams::default(), &obj)
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("rewriting {ns}/{name}: {e}"),
+        }
+    }
+    panic!("rewriting {ns}/{name}: too many conflicts");
+}
+
+#[tokio::test]
+async fn v21_fields_survive_a_client_with_only_the_newer_types() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-v21").await.unwrap();
+    let patches = long_running();
+    let spec = json!({
+        "suspend": true,
+        "trainer": {"numNodes": 1},
+        "labels": {"team": "a"},
+        "annotations": {"note": "from-v21"},
+        "podTemplateOverrides": [{
+            "targetJobs": [{"name": "node"}],
+            "metadata": {"labels": {"pod-team": "a"}},
+            "spec": {"nodeSelector": {"zone": "z1"},
+                     "containers": [{"name": "node", "env": [{"name": "FROM_V21", "value": "1"}]}]}
+        }],
+        "runtimePatches": patches,
+    });
+    apply(
+        &client,
+        &trainjob_object(&ns, "old", "torch-distributed", spec),
+    )
+    .await;
+
+    // The operator moves the fields into a runtime patch of its own, first.
+    let converted = eventually("the v2.1 fields converted", TIMEOUT, || async {
+        let tj = trainjob(&client, &ns, "old").await?;
+        let s = &tj["spec"];
+        let done = s.get("labels").is_none()
+            && s.get("annotations").is_none()
+            && s.get("podTemplateOverrides").is_none();
+        done.then_some(tj)
+    })
+    .await;
+    let managers: Vec<&str> = converted["spec"]["runtimePatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["manager"].as_str())
+        .collect();
+    assert_eq!(
+        managers,
+        ["trainer.kubeflow.org/v2.1-fields", "e2e.example.com/test"],
+        "{}",
+        op.log_tail(20)
+    );
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(client.clone(), &ns);
+    eventually("the conversion Event", TIMEOUT, || async {
+        let list = events
+            .list(&kube::api::ListParams::default().fields("involvedObject.name=old"))
+            .await
+            .ok()?;
+        list.items
+            .iter()
+            .find(|e| e.reason.as_deref() == Some("DeprecatedFieldsConverted"))
+            .map(|e| {
+                let note = e.message.clone().unwrap_or_default();
+                for f in [
+                    "spec.labels",
+                    "spec.annotations",
+                    "spec.podTemplateOverrides",
+                ] {
+                    assert!(note.contains(f), "{note}");
+                }
+            })
+    })
+    .await;
+
+    // Kueue-like rewrite and admission: what the user asked for still applies.
+    rewrite_with_newer_types(&client, &ns, "old").await;
+    let js = eventually("the JobSet, unsuspended", TIMEOUT, || async {
+        let js = get(&client, JOBSET, "JobSet", Some(&ns), "old").await?;
+        (js["spec"]["suspend"] != json!(true)).then_some(js)
+    })
+    .await;
+    assert_eq!(js["metadata"]["labels"]["team"], "a", "{}", js["metadata"]);
+    assert_eq!(js["metadata"]["annotations"]["note"], "from-v21");
+    let pod = &js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"];
+    assert_eq!(pod["metadata"]["labels"]["pod-team"], "a", "{pod}");
+    assert_eq!(pod["spec"]["nodeSelector"]["zone"], "z1", "{pod}");
+    assert_eq!(pod["spec"]["nodeSelector"]["kueue-flavor"], "f1", "{pod}");
+    let env: Vec<&str> = pod["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(env.contains(&"FROM_V21"), "{env:?}");
+    assert!(env.contains(&"PET_NNODES"), "{env:?}");
+}

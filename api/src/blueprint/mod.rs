@@ -10,11 +10,14 @@
 //! - [`strategic_merge`]: Kubernetes strategic-merge-patch semantics over JSON.
 //! - [`info`]: the merged blueprint → the runtime info, one pod set per
 //!   replicated job.
+//! - [`legacy`]: the v2.1 override fields as one runtime patch with the same
+//!   effect (the operator moves them so newer clients cannot drop them).
 //!
 //! Not built for `wasm32`: plugins receive the info, they never build it.
 
 pub mod defaults;
 pub mod info;
+pub mod legacy;
 pub mod merge;
 pub mod strategic_merge;
 

@@ -2,6 +2,7 @@
 
 use super::*;
 use pretty_assertions::assert_eq;
+use trainforge_sdk::api::trainer::v1alpha1::constants::MANAGER_LEGACY_FIELDS;
 use trainforge_sdk::k8s_openapi::api::core::v1::{
     ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, Volume, VolumeMount,
 };
@@ -678,6 +679,36 @@ fn runtime_patch_rules() {
         validate_with(patches(ok), None, initializer_info(), vec![])
             .errors
             .is_empty()
+    );
+}
+
+#[test]
+fn only_the_converted_v21_fields_may_set_env_on_reserved_containers() {
+    let with_manager = |m: &str| {
+        json!([{"manager": m, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": {"spec": {
+                "containers": [{"name": "node", "env": [{"name": "X", "value": "1"}]}]
+            }}}}}
+        ]}}}}])
+    };
+    let legacy = validate_with(
+        patches(with_manager(MANAGER_LEGACY_FIELDS)),
+        None,
+        initializer_info(),
+        vec![],
+    );
+    assert!(legacy.errors.is_empty(), "{:?}", details(&legacy));
+    let other = validate_with(
+        patches(with_manager("acme.io/manager")),
+        None,
+        initializer_info(),
+        vec![],
+    );
+    assert_eq!(
+        details(&other),
+        vec![
+            "spec.runtimePatches: must not have envs for the dataset-initializer, model-initializer, node containers"
+        ]
     );
 }
 

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use trainforge_sdk::api::trainer::v1alpha1::constants::{
     ANCESTOR_TRAINER, CONTAINER_DATASET_INITIALIZER, CONTAINER_MODEL_INITIALIZER, CONTAINER_NODE,
+    MANAGER_LEGACY_FIELDS,
 };
 use trainforge_sdk::{ANCESTOR_LABEL, FieldError, FieldErrorType, Info, Validation};
 
@@ -234,6 +235,9 @@ fn runtime_patches(trainjob: &Value, info: &Info, v: &mut Validation) {
             "spec.runtimePatches.manager",
             manager,
         ));
+        // The operator's conversion of the v2.1 fields, which allowed env on
+        // every container.
+        let env_allowed = manager == MANAGER_LEGACY_FIELDS;
         let jobs = patch
             .pointer("/trainingRuntimeSpec/template/spec/replicatedJobs")
             .and_then(Value::as_array)
@@ -280,7 +284,7 @@ fn runtime_patches(trainjob: &Value, info: &Info, v: &mut Validation) {
                     .get("env")
                     .and_then(Value::as_array)
                     .is_some_and(|e| !e.is_empty());
-                if reserved && has_env {
+                if reserved && has_env && !env_allowed {
                     push("must not have envs for the dataset-initializer, model-initializer, node containers".into());
                 }
             }

@@ -60,7 +60,8 @@ pub const PET_RESERVED: [&str; 5] = [
     PET_MASTER_ADDR,
     PET_MASTER_PORT,
 ];
-/// The `TRAINER_*` names (always injected, so also reserved).
+/// The `TRAINER_*` names: always injected, but a value the user sets in
+/// `trainer.env` wins (they are ours, not upstream's, so not reserved).
 pub const TRAINER_VARS: [&str; 4] = [
     TRAINER_NNODES,
     TRAINER_NPROC_PER_NODE,
@@ -161,14 +162,22 @@ pub fn elastic(v: &Values) -> Vec<EnvVar> {
     out
 }
 
-/// Trainforge's `TRAINER_*` variables (not upstream).
-pub fn trainer_vars(v: &Values) -> Vec<EnvVar> {
-    vec![
+/// Trainforge's `TRAINER_*` variables (not upstream). Where `user` (the
+/// TrainJob's `trainer.env`) sets one of these names, the user's variable is
+/// used instead of ours, everywhere they are injected.
+pub fn trainer_vars(v: &Values, user: &[EnvVar]) -> Vec<EnvVar> {
+    [
         literal(TRAINER_NNODES, v.nnodes.clone()),
         literal(TRAINER_NPROC_PER_NODE, v.nproc.clone()),
         literal(TRAINER_NODE_0_HOSTNAME, v.node0_hostname.clone()),
         literal(TRAINER_JOB_ID, v.job.clone()),
     ]
+    .into_iter()
+    .map(|ours| match user.iter().find(|e| e.name == ours.name) {
+        Some(theirs) => theirs.clone(),
+        None => ours,
+    })
+    .collect()
 }
 
 /// Upsert by name: replace in place, else append.

@@ -182,6 +182,10 @@ fn enforce(ctx: &mut PhaseContext) -> Result<(), FieldIssue> {
     injected.extend(env::PET_RESERVED);
     injected.extend(env::ELASTIC_VARS);
     injected.extend(env::TRAINER_VARS);
+    let user_env: Vec<EnvVar> = trainer
+        .as_ref()
+        .and_then(|t| t.env.clone())
+        .unwrap_or_default();
     if let Some(ps) = ctx.pod_set_by_ancestor_mut(ANCESTOR_TRAINER)
         && let Some(node) = ps.containers.iter_mut().find(|c| c.name == CONTAINER_NODE)
     {
@@ -196,7 +200,7 @@ fn enforce(ctx: &mut PhaseContext) -> Result<(), FieldIssue> {
                 ..ContainerPort::default()
             });
         }
-        upsert_all(&mut node.env, env::trainer_vars(&values));
+        upsert_all(&mut node.env, env::trainer_vars(&values, &user_env));
         env::define_before_use(&mut node.env, &injected);
     }
 
@@ -220,7 +224,7 @@ fn enforce(ctx: &mut PhaseContext) -> Result<(), FieldIssue> {
                 })?;
             upsert_all(&mut container.env, env::pet(&values, true));
             upsert_all(&mut container.env, env::elastic(&values));
-            upsert_all(&mut container.env, env::trainer_vars(&values));
+            upsert_all(&mut container.env, env::trainer_vars(&values, &user_env));
             env::define_before_use(&mut container.env, &injected);
         }
     }

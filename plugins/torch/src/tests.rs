@@ -764,10 +764,56 @@ fn reserved_env_message_lists_sorted_names() {
         v.errors,
         vec![FieldError::invalid(
             "spec.trainer.env",
-            "must not have reserved envs, invalid envs configured: [PET_MASTER_ADDR PET_NODE_RANK TRAINER_JOB_ID]",
+            "must not have reserved envs, invalid envs configured: [PET_MASTER_ADDR PET_NODE_RANK]",
         )],
-        "PET_MAX_RESTARTS is only reserved with an elastic policy"
+        "PET_MAX_RESTARTS is only reserved with an elastic policy; TRAINER_* is never reserved"
     );
+}
+
+#[test]
+fn every_trainer_var_set_by_the_user_is_accepted_and_wins_everywhere() {
+    let mut rt = runtime(json!({"numNodes": 2, "torch": {}}), node(json!({})), vec![]);
+    // A second container the runtime injects into.
+    rt["spec"]["mlPolicy"]["torch"]["envInjection"] =
+        json!({"targets": [{"jobName": "node", "containerNames": ["sidecar"]}]});
+    rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        ["containers"]
+        .as_array_mut()
+        .expect("containers")
+        .push(json!({"name": "sidecar", "image": "busybox"}));
+    for name in crate::env::TRAINER_VARS {
+        let user = format!("user-{name}");
+        let tj = trainjob(
+            "j",
+            "rt",
+            Some(json!({"env": [{"name": name, "value": user}]})),
+        );
+        let v = Harness::<Torch>::new(tj.clone(), host_info(&rt))
+            .validate(None)
+            .expect("validates");
+        assert!(v.errors.is_empty(), "{name} refused: {:?}", v.errors);
+        let out = run(tj, host_info(&rt));
+        for container in ["node", "sidecar"] {
+            let env = env_list(&out.info, "node", container);
+            let values: Vec<&str> = env
+                .iter()
+                .filter(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+                .collect();
+            assert_eq!(
+                values,
+                vec![user.as_str()],
+                "{name} in {container}: {env:?}"
+            );
+        }
+        // The other TRAINER_* names keep our values.
+        let ours = env_list(&out.info, "node", "node");
+        assert!(
+            ours.iter()
+                .any(|(n, v)| n == "TRAINER_JOB_ID" && (name == "TRAINER_JOB_ID" || v == "j")),
+            "{ours:?}"
+        );
+    }
 }
 
 // ---- TRAINER_* and env order ---------------------------------------------------------------

@@ -1,9 +1,10 @@
 //! CustomValidation with upstream's fields and messages, plus
-//! our checks for `numProcPerNode` strings, the `TRAINER_*`/elastic reserved
-//! names and the elastic bounds.
+//! our checks for `numProcPerNode` strings, the elastic reserved names and
+//! the elastic bounds. The `TRAINER_*` names are not reserved: a value the
+//! user sets in `trainer.env` wins over ours (see [`crate::env::trainer_vars`]).
 
 use crate::elastic::Elastic;
-use crate::env::{ELASTIC_VARS, PET_RESERVED, TRAINER_VARS};
+use crate::env::{ELASTIC_VARS, PET_RESERVED};
 use crate::inputs;
 use crate::torchtune::{self, MULTI_NODE_MODEL, SUPPORTED_MODELS};
 use std::collections::BTreeSet;
@@ -57,9 +58,7 @@ pub fn validate(trainjob: &Value, info: &Info) -> Validation {
         .flat_map(|t| t.env.iter().flatten())
         .map(|e| e.name.as_str())
         .filter(|n| {
-            PET_RESERVED.contains(n)
-                || TRAINER_VARS.contains(n)
-                || (elastic_policy.is_some() && ELASTIC_VARS.contains(n))
+            PET_RESERVED.contains(n) || (elastic_policy.is_some() && ELASTIC_VARS.contains(n))
         })
         .collect();
     if !reserved.is_empty() {

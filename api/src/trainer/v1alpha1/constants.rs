@@ -104,3 +104,10 @@ pub const VOLCANO_MODE_SOFT: &str = "soft";
 pub const NETWORK_POLICY_BEST_EFFORT: &str = "Best-effort";
 /// Brief-style `networkPolicy` value that maps to Volcano `hard`.
 pub const NETWORK_POLICY_STRICT: &str = "Strict";
+
+/// The runtime patch manager that carries a TrainJob's v2.1 override fields
+/// (`spec.labels`, `spec.annotations`, `spec.podTemplateOverrides`) once the
+/// operator has moved them into `spec.runtimePatches`. v2.1 allowed `env` on
+/// every container, so this patch may set `env` on the containers other
+/// patches may not.
+pub const MANAGER_LEGACY_FIELDS: &str = "trainer.kubeflow.org/v2.1-fields";

@@ -21,6 +21,7 @@
 pub mod apply;
 pub mod conditions;
 pub mod events;
+pub mod legacy;
 pub mod objects;
 pub mod reconcile;
 pub mod serving;

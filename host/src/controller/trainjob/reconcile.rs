@@ -34,6 +34,7 @@ use trainforge_api::trainer::v1alpha1::{TrainJob, TrainJobStatus};
 use super::apply::{self, ApplyError, Outcome};
 use super::conditions::{self, ConditionStatus, Deadline, StatusError};
 use super::events::{self, ACTION_RECONCILING, REASON_CREATION_FAILED};
+use super::legacy;
 use super::objects::ObjectsError;
 use super::serving::NotServing;
 use super::snapshot::{self, SnapshotError};
@@ -216,6 +217,15 @@ impl Reconcile<'_> {
             return Ok(Action::await_change());
         }
         let old = job.status.clone().unwrap_or_default();
+        // The v2.1 override fields move into a runtime patch first, so that
+        // no client with newer types can drop them; the rewrite's watch
+        // event reconciles the TrainJob again.
+        if !conditions::is_finished(&old)
+            && legacy::convert(self.ctx, job).await == legacy::Outcome::Rewritten
+        {
+            self.writes += 1;
+            return Ok(Action::await_change());
+        }
         let mut status = old.clone();
         let now = conditions::now();
 
