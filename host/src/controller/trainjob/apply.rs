@@ -271,7 +271,7 @@ fn same_fields(
             }
             let wanted = d.iter().filter(|(_, v)| !v.is_null()).count();
             let owned_count = field_names(node)
-                .filter(|f| !(defaulted_keys.iter().any(|k| k == f) && !d.contains_key(*f)))
+                .filter(|f| d.contains_key(*f) || !defaulted_keys.iter().any(|k| k == f))
                 .count();
             if wanted != owned_count {
                 return false;

@@ -329,7 +329,7 @@ pub fn for_transition(t: &Transition) -> Option<(bool, String, String)> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::panic)]
 
     use super::*;
 
