@@ -8,10 +8,19 @@
 //!   memo, and with defaulted list-map keys and empty maps) writes nothing:
 //!   the outcome is `Unchanged` and the resourceVersion stays.
 //!
+//! And end to end (full mode, the operator with the default plugins): a
+//! suspended TrainJob's JobSet (re-rendered on every reconcile) is not
+//! written again by resyncs, and a pod label dropped from the TrainJob's
+//! runtime patch disappears from the JobSet.
+//!
 //! Skips (passes with a note on stderr) when the control plane is not built;
 //! `TRAINFORGE_TESTENV_REQUIRED=1` makes that a failure.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod operator_common;
+
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -20,6 +29,10 @@ use kube::core::ApiResource;
 use serde_json::{Value, json};
 use trainforge::controller::trainjob::apply::{AppliedMemo, FIELD_MANAGER, Outcome, apply};
 use trainforge_testenv::Mode;
+
+use operator_common::{
+    Operator, apply_default_plugins, docs, eventually, get, metric, root, trainjob_object,
+};
 
 /// A Deployment (no controller runs in api mode, so only we and the test
 /// write it) controlled by `owner`.
@@ -202,4 +215,95 @@ async fn removals_are_applied_and_unchanged_objects_are_not_written() {
                 && e.operation.as_deref() == Some("Apply")),
         "applied as {FIELD_MANAGER}"
     );
+}
+
+const JOBSET: &str = "jobset.x-k8s.io/v1alpha2";
+
+/// A runtime patch giving the `node` pods `labels`.
+fn node_pod_labels(labels: Value) -> Value {
+    json!([{ "manager": "e2e.example.com/test", "trainingRuntimeSpec": { "template": { "spec": {
+        "replicatedJobs": [{ "name": "node", "template": { "spec": { "template": {
+            "metadata": { "labels": labels } } } } }] } } } }])
+}
+
+#[tokio::test]
+async fn resyncs_write_nothing_and_a_dropped_runtime_patch_label_is_removed() {
+    let Some(env) = trainforge_testenv::require!(Mode::Full) else {
+        return;
+    };
+    let client = env.client().await.unwrap();
+    apply_default_plugins(&client).await;
+    for d in docs(
+        &root().join("manifests/runtimes/torch-distributed.yaml"),
+        None,
+    ) {
+        operator_common::apply(&client, &d).await;
+    }
+    let op = Operator::start(env, "operator-apply-fields", &["--resync-seconds", "2"]);
+    op.wait_ready().await;
+    let ns = env.create_namespace("apply-e2e").await.unwrap();
+    let job = |labels: Value| {
+        trainjob_object(
+            &ns,
+            "patched",
+            "torch-distributed",
+            json!({"suspend": true, "runtimePatches": node_pod_labels(labels)}),
+        )
+    };
+    operator_common::apply(&client, &job(json!({"keep": "1", "drop": "1"}))).await;
+    let pod_labels = |js: &Value| -> Value {
+        js["spec"]["replicatedJobs"]
+            .as_array()
+            .and_then(|r| r.iter().find(|j| j["name"] == "node"))
+            .map(|j| j["template"]["spec"]["template"]["metadata"]["labels"].clone())
+            .unwrap_or(Value::Null)
+    };
+    eventually(
+        "JobSet with both labels",
+        Duration::from_secs(180),
+        || async {
+            let js = get(&client, JOBSET, "JobSet", Some(&ns), "patched").await?;
+            (pod_labels(&js)["drop"] == "1").then_some(())
+        },
+    )
+    .await;
+
+    // Several resyncs (every 2 s) of the suspended TrainJob: no JobSet write.
+    let writes = |text: &str| metric(text, "trainforge_api_writes_total", &[("kind", "JobSet")]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let noop = |text: &str| metric(text, "trainforge_noop_resyncs_total", &[]);
+    let text = op.scrape().await;
+    let (before, noop_before) = (writes(&text), noop(&text));
+    let rv = get(&client, JOBSET, "JobSet", Some(&ns), "patched")
+        .await
+        .unwrap()["metadata"]["resourceVersion"]
+        .clone();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let text = op.scrape().await;
+    assert!(
+        noop(&text) >= noop_before + 2.0,
+        "resynced at least twice: {} -> {}",
+        noop_before,
+        noop(&text)
+    );
+    assert_eq!(writes(&text), before, "resyncs wrote the JobSet");
+    assert_eq!(
+        get(&client, JOBSET, "JobSet", Some(&ns), "patched")
+            .await
+            .unwrap()["metadata"]["resourceVersion"],
+        rv
+    );
+
+    // The label is dropped from the runtime patch: gone from the JobSet.
+    operator_common::apply(&client, &job(json!({"keep": "1"}))).await;
+    let js = eventually(
+        "label removed from the JobSet",
+        Duration::from_secs(60),
+        || async {
+            let js = get(&client, JOBSET, "JobSet", Some(&ns), "patched").await?;
+            pod_labels(&js).get("drop").is_none().then_some(js)
+        },
+    )
+    .await;
+    assert_eq!(pod_labels(&js)["keep"], "1", "{js:#}");
 }
