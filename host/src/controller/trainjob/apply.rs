@@ -230,6 +230,10 @@ pub fn up_to_date(owned: &Value, live: &Value, desired: &Value) -> bool {
             desired.remove("metadata");
         }
     }
+    if !has_members(&owned) {
+        // Nothing owned beyond the name: up to date if nothing more is wanted.
+        return desired.values().all(Value::is_null);
+    }
     same_fields(
         &Value::Object(owned),
         Some(live),
@@ -650,6 +654,16 @@ mod tests {
         l["spec"]["nodeSelector"]["kueue"] = json!("y");
         assert!(up_to_date(&owned(), &l, &desired()));
         assert!(!up_to_date(&json!({}), &live(), &desired()));
+        let bare = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}});
+        assert!(
+            up_to_date(&json!({"f:metadata": {}}), &live(), &bare),
+            "only the name, nothing owned"
+        );
+        assert!(!up_to_date(
+            &json!({}),
+            &live(),
+            &json!({"data": {"k": "v"}})
+        ));
         assert!(!up_to_date(&Value::Null, &live(), &desired()));
     }
 
