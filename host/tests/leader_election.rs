@@ -1,8 +1,10 @@
 //! Leader election on a real API server (api mode): two electors on the same
 //! Lease → exactly one leader; releasing the leader (graceful shutdown) →
 //! the standby takes over within a few retry periods; a leader that vanishes
-//! without releasing is replaced after the Lease expires. Takeover times are
-//! printed (figures, not asserts beyond generous bounds).
+//! without releasing is replaced after the Lease expires; the operator
+//! process whose Lease is taken by another holder exits with a non-zero code
+//! (so that its pod restarts). Takeover times are printed (figures, not
+//! asserts beyond generous bounds).
 //!
 //! Skips (passes with a note on stderr) when the control plane is not built.
 
@@ -13,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use trainforge::controller::ops::leader::{LeaderElection, LeaderOptions};
 use trainforge_testenv::{Mode, TestEnv};
@@ -176,4 +180,115 @@ async fn crashed_leader_is_replaced_after_expiry() {
         Some(standby.identity())
     );
     standby.release().await.unwrap();
+}
+
+/// Kills the operator child if the test ends early.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_exits_non_zero_when_its_lease_is_taken() {
+    let Some(env) = env() else { return };
+    let client = env.client().await.unwrap();
+    let ns = env.create_namespace("leader-lost").await.unwrap();
+    let log = env.dir().join(format!("logs/{ns}-operator.log"));
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    let out = std::fs::File::create(&log).unwrap();
+    let mut child = Child(
+        std::process::Command::new(env!("CARGO_BIN_EXE_trainforge"))
+            .args([
+                "operator",
+                "--leader-elect",
+                "--lease-namespace",
+                &ns,
+                "--metrics-bind-address",
+                "0",
+                "--health-probe-bind-address",
+                "0",
+            ])
+            .env("KUBECONFIG", env.kubeconfig())
+            .env("POD_NAME", "victim")
+            .env("RUST_LOG", "info,kube=warn")
+            .env("TRAINFORGE_LOG_FORMAT", "text")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap(),
+    );
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    // It takes the Lease (its identity is `victim_<suffix>`).
+    let leases = Api::<Lease>::namespaced(client.clone(), &ns);
+    let start = Instant::now();
+    while !holder(&client, &ns, "trainforge-operator")
+        .await
+        .is_some_and(|h| h.starts_with("victim_"))
+    {
+        assert!(
+            child.0.try_wait().unwrap().is_none(),
+            "operator exited early:\n{}",
+            log_text()
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never leader:\n{}",
+            log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Another holder takes it over (as after a partition: fresh renewal,
+    // long duration).
+    let now = k8s_openapi::jiff::Timestamp::now();
+    leases
+        .patch(
+            "trainforge-operator",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "holderIdentity": "thief",
+                "acquireTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(now),
+                "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(now),
+                "leaseDurationSeconds": 300,
+            }})),
+        )
+        .await
+        .unwrap();
+    let stolen = Instant::now();
+
+    // The holder notices at its next renewal (10 s after the last) and the
+    // process ends with an error.
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            stolen.elapsed() < Duration::from_secs(60),
+            "still running 60 s after losing the Lease:\n{}",
+            log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    figure(&format!(
+        "operator exited {:?} after losing the Lease ({status})",
+        stolen.elapsed()
+    ));
+    assert!(!status.success(), "exit status {status}:\n{}", log_text());
+    assert_eq!(status.code(), Some(1), "{}", log_text());
+    let text = log_text();
+    assert!(text.contains("lost the Lease"), "{text}");
+    assert!(
+        text.contains("lost the leader-election Lease"),
+        "the error is printed: {text}"
+    );
+    assert_eq!(
+        holder(&client, &ns, "trainforge-operator").await.as_deref(),
+        Some("thief"),
+        "the exiting operator did not clear the new holder's Lease"
+    );
 }

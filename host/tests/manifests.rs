@@ -3,7 +3,9 @@
 //! every object is accepted by a real API server (server-side apply,
 //! `dryRun=All`), and the RBAC grants exactly what the operator needs
 //! (SubjectAccessReviews against the API server's RBAC authorizer, and leader
-//! election run as the operator's service account).
+//! election run as the operator's service account); the public ConfigMap
+//! the Kubeflow SDK reads is in the kustomization, parses, and any
+//! authenticated user may read it (and nothing else through it).
 //!
 //! `kubectl` is looked up as `$KUBECTL`, then in the testenv binary cache,
 //! then on `PATH`; without it the rendering tests skip with a note on stderr.
@@ -36,6 +38,9 @@ use trainforge_testenv::{Mode, TestEnv};
 const FIELD_MANAGER: &str = "trainforge-manifests-test";
 const OPERATOR_NS: &str = "trainforge-system";
 const OPERATOR_SA: &str = "trainforge-operator";
+/// Where the Kubeflow SDK looks for the public ConfigMap.
+const PUBLIC_NS: &str = "kubeflow-system";
+const PUBLIC_NAME: &str = "kubeflow-trainer-public";
 
 /// Runtimes upstream ships in its default kustomization (`with-cache` is a
 /// separate overlay upstream).
@@ -353,9 +358,28 @@ fn kustomization_renders_the_whole_install() {
     }
     assert_eq!(crd_names.len(), trainforge::crdgen::render().unwrap().len());
 
-    let ns = of_kind(&objs, "Namespace");
-    assert_eq!(ns.len(), 1);
-    assert_eq!(name(ns[0]), OPERATOR_NS);
+    let mut ns: Vec<&str> = of_kind(&objs, "Namespace").into_iter().map(name).collect();
+    ns.sort();
+    assert_eq!(ns, [PUBLIC_NS, OPERATOR_NS]);
+    let mut public: Vec<(&str, &str)> = objs
+        .iter()
+        .filter(|o| name(o) == PUBLIC_NAME)
+        .map(|o| {
+            (
+                kind(o),
+                o["metadata"]["namespace"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    public.sort();
+    assert_eq!(
+        public,
+        [
+            ("ConfigMap", PUBLIC_NS),
+            ("Role", PUBLIC_NS),
+            ("RoleBinding", PUBLIC_NS)
+        ]
+    );
 
     let mut runtimes: Vec<&str> = of_kind(&objs, "ClusterTrainingRuntime")
         .into_iter()
@@ -386,7 +410,7 @@ fn kustomization_renders_the_whole_install() {
                 kind(o),
                 name(o)
             );
-        } else {
+        } else if name(o) != PUBLIC_NAME {
             assert_eq!(
                 o["metadata"]["namespace"],
                 OPERATOR_NS,
@@ -869,4 +893,127 @@ async fn operator_client(env: &TestEnv) -> kube::Client {
         "system:authenticated".into(),
     ]);
     kube::Client::try_from(config).unwrap()
+}
+
+// ---------------------------------------------------------------- public ConfigMap
+
+/// Semantic version with a leading `v` (`v2.3.0`).
+fn is_release_version(v: &str) -> bool {
+    let Some(rest) = v.strip_prefix('v') else {
+        return false;
+    };
+    let parts: Vec<&str> = rest.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+#[test]
+fn public_configmap_is_in_the_kustomization_and_parses() {
+    let root =
+        trainforge_testenv::manifests::load_yaml_docs(&manifests().join("kustomization.yaml"))
+            .unwrap()
+            .remove(0);
+    assert!(
+        root["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r == "public"),
+        "manifests/kustomization.yaml does not include public/: {root}"
+    );
+    let objs =
+        trainforge_testenv::manifests::kustomization_objects(&manifests().join("public")).unwrap();
+    let find = |k: &str| {
+        objs.iter()
+            .find(|o| kind(o) == k)
+            .unwrap_or_else(|| panic!("no {k} in manifests/public: {objs:?}"))
+    };
+    assert_eq!(name(find("Namespace")), PUBLIC_NS);
+    let cm = find("ConfigMap");
+    assert_eq!(name(cm), PUBLIC_NAME);
+    assert_eq!(cm["metadata"]["namespace"], PUBLIC_NS);
+    let version = cm["data"]["kubeflow_trainer_version"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        is_release_version(version),
+        "kubeflow_trainer_version {version:?}"
+    );
+    assert!(!is_release_version("2.3.0") && !is_release_version("v2.3"));
+
+    let role = find("Role");
+    assert_eq!(role["metadata"]["namespace"], PUBLIC_NS);
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["configmaps"],
+            "resourceNames": [PUBLIC_NAME], "verbs": ["get"]}]),
+        "read of that one ConfigMap only"
+    );
+    let binding = find("RoleBinding");
+    assert_eq!(binding["roleRef"]["kind"], "Role");
+    assert_eq!(binding["roleRef"]["name"], name(role));
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+            "name": "system:authenticated"}])
+    );
+}
+
+#[tokio::test]
+async fn public_configmap_is_readable_by_any_authenticated_user() {
+    let Some(env) = env() else { return };
+    let client = env.client().await.unwrap();
+    let applied = trainforge_testenv::manifests::install_public(&client, FIELD_MANAGER)
+        .await
+        .unwrap();
+    assert_eq!(applied.len(), 4, "{applied:?}");
+    let review = |name: &'static str| {
+        let client = client.clone();
+        async move {
+            let r = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: Some("some-data-scientist".into()),
+                    groups: Some(vec!["system:authenticated".into()]),
+                    resource_attributes: Some(ResourceAttributes {
+                        verb: Some("get".into()),
+                        resource: Some("configmaps".into()),
+                        name: Some(name.into()),
+                        namespace: Some(PUBLIC_NS.into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            Api::<SubjectAccessReview>::all(client)
+                .create(&PostParams::default(), &r)
+                .await
+                .unwrap()
+                .status
+                .is_some_and(|s| s.allowed)
+        }
+    };
+    // The RBAC authorizer's informers see the new Role within a moment.
+    trainforge_testenv::wait::poll_until(
+        "the public ConfigMap readable",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || Ok(()),
+        || async { review(PUBLIC_NAME).await.then_some(()) },
+    )
+    .await
+    .unwrap();
+    assert!(!review("other").await, "only that ConfigMap");
+    let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), PUBLIC_NS)
+        .get(PUBLIC_NAME)
+        .await
+        .unwrap();
+    let data = cm.data.unwrap_or_default();
+    assert!(
+        data.get("kubeflow_trainer_version")
+            .is_some_and(|v| is_release_version(v)),
+        "{data:?}"
+    );
 }

@@ -235,6 +235,9 @@ async fn boot(
             .await?,
         );
         step("kwok (+nodes Ready)", t);
+        let t = Instant::now();
+        crate::manifests::install_public(&client, crds::FIELD_MANAGER).await?;
+        step("kubeflow-trainer-public ConfigMap", t);
     }
     Ok(running)
 }

@@ -78,3 +78,79 @@ pub async fn apply(
         )
         .await?)
 }
+
+/// The shipped install manifests (`manifests/` of the repository).
+pub fn shipped_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests")
+}
+
+/// The objects of the kustomization in `dir` as `kubectl kustomize` renders
+/// them, for the subset of kustomize it uses: `resources` (files, in order),
+/// `namespace` (set on every object but Namespaces) and `labels[].pairs`
+/// (added to every object's labels).
+pub fn kustomization_objects(dir: &Path) -> Result<Vec<Value>, Error> {
+    let path = dir.join("kustomization.yaml");
+    let mut docs = load_yaml_docs(&path)?;
+    let k = docs
+        .pop()
+        .ok_or_else(|| Error::manifest(&path, "empty kustomization"))?;
+    let namespace = k.get("namespace").and_then(Value::as_str);
+    let labels: Vec<(String, Value)> = k
+        .get("labels")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l.get("pairs").and_then(Value::as_object))
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let resources = k
+        .get("resources")
+        .and_then(Value::as_array)
+        .ok_or_else(|| Error::manifest(&path, "no resources"))?;
+    let mut objects = Vec::new();
+    for r in resources {
+        let file = r
+            .as_str()
+            .ok_or_else(|| Error::manifest(&path, "a resource is not a string"))?;
+        for mut obj in load_yaml_docs(&dir.join(file))? {
+            let is_namespace = obj.get("kind").and_then(Value::as_str) == Some("Namespace");
+            let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+                return Err(Error::manifest(
+                    dir.join(file),
+                    "an object without metadata",
+                ));
+            };
+            if let (Some(ns), false) = (namespace, is_namespace) {
+                meta.insert("namespace".into(), Value::String(ns.to_owned()));
+            }
+            if !labels.is_empty() {
+                let l = meta
+                    .entry("labels")
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if let Some(l) = l.as_object_mut() {
+                    l.extend(labels.iter().cloned());
+                }
+            }
+            objects.push(obj);
+        }
+    }
+    Ok(objects)
+}
+
+/// Install `manifests/public`: the namespace `kubeflow-system`, the
+/// ConfigMap `kubeflow-trainer-public` the Kubeflow Python SDK reads when a
+/// client is built, and the Role/RoleBinding that let every authenticated
+/// user read it. Returns `Kind/name` of each object applied.
+pub async fn install_public(
+    client: &kube::Client,
+    field_manager: &str,
+) -> Result<Vec<String>, Error> {
+    let mut applied = Vec::new();
+    for obj in kustomization_objects(&shipped_dir().join("public"))? {
+        let o = apply(client, &obj, field_manager).await?;
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
+        applied.push(format!("{kind}/{}", o.metadata.name.unwrap_or_default()));
+    }
+    Ok(applied)
+}

@@ -6,7 +6,9 @@
 //! `ClusterTrainerPlugin`s (or the builtin set) → watches of every kind the
 //! plugins declared → TrainJob controller. Shutdown (SIGTERM, Ctrl-C, or
 //! losing the Lease): controllers drain, then the Lease is released so a
-//! standby takes over at once.
+//! standby takes over at once. Losing the Lease is an error
+//! ([`OperatorError::LeaseLost`], exit code 1): the pod restarts and rejoins
+//! the election as a standby, as controller-runtime operators do.
 //!
 //! Readiness (`/readyz`): `caches` passes once the watches have listed;
 //! `plugins` passes exactly while the plugin set in service can serve
@@ -17,6 +19,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
@@ -77,6 +80,13 @@ pub enum OperatorError {
     /// No API client.
     #[error("connecting to the API server: {0}")]
     Client(#[from] kube::Error),
+    /// The API client could not be configured.
+    #[error(transparent)]
+    ClientConfig(#[from] super::ops::client::Error),
+    /// Another replica took the Lease (or it could not be renewed in time):
+    /// the controllers were stopped.
+    #[error("lost the leader-election Lease; exiting so that this replica restarts as a standby")]
+    LeaseLost,
     /// An endpoint could not start.
     #[error(transparent)]
     Health(#[from] super::ops::health::Error),
@@ -115,12 +125,13 @@ pub fn main(args: OperatorArgs) -> Result<(), OperatorError> {
         .build()?;
     rt.block_on(async move {
         let shutdown = super::ops::shutdown::on_signal()?;
-        let client = kube::Client::try_default().await?;
+        let client = super::ops::client::operator_client().await?;
         run(client, args, shutdown).await
     })
 }
 
-/// Run the operator until `shutdown` is cancelled (or the Lease is lost).
+/// Run the operator until `shutdown` is cancelled (`Ok`) or the Lease is
+/// lost ([`OperatorError::LeaseLost`]).
 pub async fn run(
     client: kube::Client,
     args: OperatorArgs,
@@ -187,6 +198,31 @@ pub async fn run(
     info!("leading");
     // Stop the controllers when the process stops or the Lease is lost.
     let stop = shutdown.child_token();
+    let lease_lost = Arc::new(AtomicBool::new(false));
+    let lost = {
+        let (stop, shutdown, lease_lost) = (stop.clone(), shutdown.clone(), lease_lost.clone());
+        let mut leading = leader.subscribe();
+        tokio::spawn(async move {
+            while *leading.borrow() {
+                if leading.changed().await.is_err() {
+                    break;
+                }
+            }
+            if !shutdown.is_cancelled() {
+                error!("lost the Lease: stopping controllers, then exiting with an error");
+                lease_lost.store(true, Ordering::SeqCst);
+                stop.cancel();
+            }
+        })
+    };
+    // How a start-up step interrupted by `stop` ends the run.
+    let interrupted = || {
+        if lease_lost.load(Ordering::SeqCst) {
+            Err(OperatorError::LeaseLost)
+        } else {
+            Ok(())
+        }
+    };
 
     let (trigger_tx, trigger_rx) = tokio::sync::mpsc::unbounded_channel();
     let objects = Arc::new(ObjectCache::new(client.clone(), trigger_tx));
@@ -211,7 +247,7 @@ pub async fn run(
         let mut generations = catalog.subscribe();
         while !catalog.is_synced() {
             tokio::select! {
-                _ = stop.cancelled() => return Ok(()),
+                _ = stop.cancelled() => return interrupted(),
                 _ = generations.changed() => {},
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {},
             }
@@ -239,7 +275,7 @@ pub async fn run(
     };
     let wanted = kinds_of();
     let missing = tokio::select! {
-        _ = stop.cancelled() => return Ok(()),
+        _ = stop.cancelled() => return interrupted(),
         missing = objects.ensure(&wanted) => missing,
     };
     ready_caches.set_ready();
@@ -283,21 +319,6 @@ pub async fn run(
         Some(leader.identity().to_owned()),
         settings,
     ));
-    let lost = {
-        let stop = stop.clone();
-        let mut leading = leader.subscribe();
-        tokio::spawn(async move {
-            while *leading.borrow() {
-                if leading.changed().await.is_err() {
-                    break;
-                }
-            }
-            if !stop.is_cancelled() {
-                warn!("lost the Lease: stopping controllers");
-                stop.cancel();
-            }
-        })
-    };
     trainjob::run(ctx, trigger_rx, stop.clone()).await;
     stop.cancel();
     lost.abort();
@@ -310,6 +331,10 @@ pub async fn run(
     }
     if let Err(e) = leader.release().await {
         warn!(error = %e, "releasing the Lease failed");
+    }
+    if lease_lost.load(Ordering::SeqCst) {
+        error!("operator stopped: the Lease was lost");
+        return Err(OperatorError::LeaseLost);
     }
     info!("operator stopped");
     Ok(())

@@ -279,6 +279,14 @@ impl LoadedPlugin {
                 high_water,
                 "plugin call done"
             ),
+            // "Not available yet" (e.g. a JobSet not in the cache right
+            // after it was created) is a normal race, retried soon.
+            Err(
+                e @ Error::Plugin {
+                    error: PluginError::Unavailable(_),
+                    ..
+                },
+            ) => tracing::debug!(reason = e.reason(), error = %e, "plugin call: not available yet"),
             Err(e) => tracing::warn!(reason = e.reason(), error = %e, "plugin call failed"),
         }
         i.env.observer.notify(

@@ -6,6 +6,7 @@
 //!   and `/metrics`.
 //! - [`leader`]: Lease-based leader election ([`LeaderElection`]).
 //! - [`shutdown`]: a cancellation token fired by SIGTERM / Ctrl-C.
+//! - [`client`]: the API client, with a `User-Agent` naming the operator.
 //!
 //! Typical wiring in `trainforge operator`:
 //!
@@ -35,6 +36,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod client;
 pub mod health;
 pub mod leader;
 pub mod metrics;

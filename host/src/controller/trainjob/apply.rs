@@ -17,9 +17,13 @@
 //! An object is skipped when either
 //! - the live object (from the watch cache) has the resourceVersion our last
 //!   apply of the very same desired object returned, or
-//! - every field of the desired object is already present in the live
-//!   object with the same value ([`contains`]): after a restart, or for
-//!   objects someone else touched only in fields we do not own.
+//! - the fields the desired object sets are exactly the fields our manager
+//!   owns in the live object (its `managedFields` entry for `trainer`,
+//!   operation `Apply`) and every value it sets equals the live value
+//!   ([`up_to_date`]): after a restart, or for objects someone else touched
+//!   only in fields we do not own. A desired object that no longer sets a
+//!   field we own (a label or nodeSelector dropped from a runtime patch) is
+//!   applied, so the API server removes the field.
 //!
 //! A hand edit of a field we own breaks both, so the next reconcile applies
 //! (with force) and restores it; fields we do not own are left alone.
@@ -28,9 +32,10 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tracing::debug;
 use trainforge_api::plugin::{KindRef, ObjectKey, object_key};
 
@@ -149,24 +154,230 @@ impl AppliedMemo {
     }
 }
 
-/// Whether every field of `desired` is in `live` with the same value. Lists
-/// must have the same length and match item by item (the API server keeps
-/// list order); scalars must be equal.
-pub fn contains(live: &Value, desired: &Value) -> bool {
-    match (live, desired) {
-        (Value::Object(l), Value::Object(d)) => d.iter().all(|(k, dv)| match l.get(k) {
-            Some(lv) => contains(lv, dv),
-            None => {
-                dv.is_null()
-                    || dv.as_object().is_some_and(|o| o.is_empty())
-                    || dv.as_array().is_some_and(|a| a.is_empty())
-            }
-        }),
-        (Value::Array(l), Value::Array(d)) => {
-            l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| contains(lv, dv))
+/// Top-level fields the API server never records in `managedFields`.
+const UNTRACKED_TOP: &[&str] = &["apiVersion", "kind"];
+/// Metadata fields the API server never records in `managedFields`.
+const UNTRACKED_METADATA: &[&str] = &[
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "selfLink",
+];
+
+/// Whether a `managedFields` entry is the one our applies write: manager
+/// [`FIELD_MANAGER`], operation `Apply`, on the object itself (not a
+/// subresource).
+pub fn is_ours(entry: &ManagedFieldsEntry) -> bool {
+    entry.manager.as_deref() == Some(FIELD_MANAGER)
+        && entry.operation.as_deref() == Some("Apply")
+        && entry.subresource.as_deref().unwrap_or_default().is_empty()
+}
+
+/// The field set (`fieldsV1`) our manager owns in `live`, if it owns one
+/// recorded in `api_version` (field sets are per version).
+pub fn owned_fields<'a>(live: &'a DynamicObject, api_version: &str) -> Option<&'a Value> {
+    live.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| is_ours(e) && e.api_version.as_deref() == Some(api_version))
+        .filter(|e| e.fields_type.as_deref().is_none_or(|t| t == "FieldsV1"))
+        .find_map(|e| e.fields_v1.as_ref().map(|f| &f.0))
+}
+
+/// Whether applying `desired` would change nothing: the fields it sets are
+/// exactly the fields `owned` (our manager's `fieldsV1` set in `live`) holds
+/// — none added, none removed — and every value it sets equals the live
+/// one. Fields other managers own are ignored.
+///
+/// The field set says how each list is merged: entries `k:{...}` are a map
+/// list whose items are matched by those key fields (a key field the
+/// desired item omits counts as matched: the API server defaults keys such
+/// as a port's `protocol`), `v:...` entries a set, and an empty set an
+/// atomic value compared as a whole. `null` in `desired` is no field; a
+/// `status` the API server did not record (a status subresource resets it)
+/// is not compared.
+pub fn up_to_date(owned: &Value, live: &Value, desired: &Value) -> bool {
+    let (Some(owned), Some(desired)) = (owned.as_object(), desired.as_object()) else {
+        return false;
+    };
+    let mut owned = owned.clone();
+    let mut desired = desired.clone();
+    for k in UNTRACKED_TOP {
+        owned.remove(&format!("f:{k}"));
+        desired.remove(*k);
+    }
+    if !owned.contains_key("f:status") {
+        desired.remove("status");
+    }
+    if let Some(Value::Object(meta)) = owned.get_mut("f:metadata") {
+        for k in UNTRACKED_METADATA {
+            meta.remove(&format!("f:{k}"));
         }
-        (Value::Number(l), Value::Number(d)) => l.as_f64() == d.as_f64(),
-        (l, d) => l == d,
+        if meta.keys().all(|k| k == ".") {
+            owned.remove("f:metadata");
+        }
+    }
+    if let Some(Value::Object(meta)) = desired.get_mut("metadata") {
+        for k in UNTRACKED_METADATA {
+            meta.remove(*k);
+        }
+        if meta.values().all(Value::is_null) {
+            desired.remove("metadata");
+        }
+    }
+    if !has_members(&owned) {
+        // Nothing owned beyond the name: up to date if nothing more is wanted.
+        return desired.values().all(Value::is_null);
+    }
+    same_fields(
+        &Value::Object(owned),
+        Some(live),
+        &Value::Object(desired),
+        &[],
+    )
+}
+
+/// Field names of a `fieldsV1` node (`f:name` entries).
+fn field_names(node: &Map<String, Value>) -> impl Iterator<Item = &str> {
+    node.keys().filter_map(|k| k.strip_prefix("f:"))
+}
+
+/// Whether a `fieldsV1` node has members other than `.` (the item itself).
+fn has_members(node: &Map<String, Value>) -> bool {
+    node.keys().any(|k| k != ".")
+}
+
+/// [`up_to_date`] at one path: `owned` is the `fieldsV1` node of the path,
+/// `live` its live value. `defaulted_keys` are key fields of a list item
+/// the desired item leaves to the API server's defaults.
+fn same_fields(
+    owned: &Value,
+    live: Option<&Value>,
+    desired: &Value,
+    defaulted_keys: &[String],
+) -> bool {
+    let Some(node) = owned.as_object() else {
+        return false;
+    };
+    if !has_members(node) {
+        // A leaf: a scalar, or an atomic map or list.
+        return same_value(live, desired);
+    }
+    match desired {
+        Value::Object(d) => {
+            if node.keys().any(|k| k != "." && !k.starts_with("f:")) {
+                return false;
+            }
+            let wanted = d.iter().filter(|(_, v)| !v.is_null()).count();
+            let owned_count = field_names(node)
+                .filter(|f| d.contains_key(*f) || !defaulted_keys.iter().any(|k| k == f))
+                .count();
+            if wanted != owned_count {
+                return false;
+            }
+            let live = live.and_then(Value::as_object);
+            d.iter().filter(|(_, v)| !v.is_null()).all(|(k, v)| {
+                node.get(&format!("f:{k}"))
+                    .is_some_and(|child| same_fields(child, live.and_then(|l| l.get(k)), v, &[]))
+            })
+        }
+        Value::Array(items) => same_list(node, live.and_then(Value::as_array), items),
+        _ => false,
+    }
+}
+
+/// A list with members in its field set: a map list (`k:` entries) or a
+/// set (`v:` entries).
+fn same_list(node: &Map<String, Value>, live: Option<&Vec<Value>>, items: &[Value]) -> bool {
+    let members: Vec<(&str, &Value)> = node
+        .iter()
+        .filter(|(k, _)| k.as_str() != ".")
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    if members.len() != items.len() {
+        return false;
+    }
+    let live = live.map(Vec::as_slice).unwrap_or_default();
+    if members.iter().all(|(k, _)| k.starts_with("v:")) {
+        let owned: Vec<Value> = members
+            .iter()
+            .filter_map(|(k, _)| k.strip_prefix("v:"))
+            .filter_map(|v| serde_json::from_str(v).ok())
+            .collect();
+        return owned.len() == items.len()
+            && items.iter().all(|i| {
+                owned.iter().any(|o| same_value(Some(o), i))
+                    && live.iter().any(|l| same_value(Some(l), i))
+            });
+    }
+    let mut keys: Vec<(Map<String, Value>, &Value)> = Vec::with_capacity(members.len());
+    for (k, child) in &members {
+        let Some(Ok(Value::Object(key))) = k.strip_prefix("k:").map(serde_json::from_str) else {
+            return false;
+        };
+        keys.push((key, child));
+    }
+    let mut used = vec![false; keys.len()];
+    items.iter().all(|item| {
+        let Some(item_map) = item.as_object() else {
+            return false;
+        };
+        // The owned entry this item is: every key field it sets matches.
+        let found = keys.iter().enumerate().position(|(i, (key, _))| {
+            !used[i]
+                && key.iter().any(|(f, _)| item_map.contains_key(f))
+                && key
+                    .iter()
+                    .all(|(f, v)| item_map.get(f).is_none_or(|iv| same_value(Some(v), iv)))
+        });
+        let Some(i) = found else { return false };
+        used[i] = true;
+        let (key, child) = &keys[i];
+        let live_item = live.iter().find(|l| {
+            key.iter()
+                .all(|(f, v)| l.get(f).is_some_and(|lv| same_value(Some(v), lv)))
+        });
+        let defaulted: Vec<String> = key
+            .keys()
+            .filter(|f| !item_map.contains_key(*f))
+            .cloned()
+            .collect();
+        live_item.is_some() && same_fields(child, live_item, item, &defaulted)
+    })
+}
+
+/// Deep equality of a live and a desired value: numbers by value (`1` is
+/// `1.0`), and an absent, `null`, empty map or empty list field the same
+/// (the API server drops empty values).
+fn same_value(live: Option<&Value>, desired: &Value) -> bool {
+    let empty = |v: Option<&Value>| match v {
+        None | Some(Value::Null) => true,
+        Some(Value::Object(m)) => m.is_empty(),
+        Some(Value::Array(a)) => a.is_empty(),
+        _ => false,
+    };
+    if empty(live) && empty(Some(desired)) {
+        return true;
+    }
+    match (live, desired) {
+        (Some(Value::Object(l)), Value::Object(d)) => {
+            let keys: std::collections::BTreeSet<&String> = l.keys().chain(d.keys()).collect();
+            keys.into_iter().all(|k| match d.get(k) {
+                Some(dv) => same_value(l.get(k), dv),
+                None => empty(l.get(k)),
+            })
+        }
+        (Some(Value::Array(l)), Value::Array(d)) => {
+            l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| same_value(Some(lv), dv))
+        }
+        (Some(Value::Number(l)), Value::Number(d)) => l.as_f64() == d.as_f64(),
+        (Some(l), d) => l == d,
+        (None, _) => false,
     }
 }
 
@@ -221,8 +432,14 @@ pub async fn apply(
         if memo.matches(object, live.metadata.resource_version.as_deref()) {
             return Ok(Outcome::Unchanged);
         }
-        let live_json = serde_json::to_value(live).unwrap_or(Value::Null);
-        if contains(&live_json, object) {
+        let api_version = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if let Some(owned) = owned_fields(live, api_version)
+            && let Ok(live_json) = serde_json::to_value(live)
+            && up_to_date(owned, &live_json, object)
+        {
             memo.record(object, live.metadata.resource_version.clone());
             return Ok(Outcome::Unchanged);
         }
@@ -292,29 +509,207 @@ pub async fn apply(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
     use serde_json::json;
 
+    /// A field set as the API server records it for `desired`-like objects.
+    fn owned() -> Value {
+        json!({
+            "f:metadata": {"f:labels": {"f:x": {}}, "f:ownerReferences": {"k:{\"uid\":\"u1\"}": {".": {}, "f:uid": {}, "f:kind": {}, "f:name": {}}}},
+            "f:spec": {
+                "f:nodeSelector": {"f:zone": {}},
+                "f:replicatedJobs": {
+                    "k:{\"name\":\"node\"}": {".": {}, "f:name": {}, "f:replicas": {},
+                        "f:ports": {"k:{\"containerPort\":29400,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}, "f:protocol": {}}},
+                        "f:args": {}},
+                },
+                "f:finalizers": {"v:\"a\"": {}},
+            }
+        })
+    }
+
+    fn desired() -> Value {
+        json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "a", "namespace": "n", "labels": {"x": "1"},
+                "ownerReferences": [{"uid": "u1", "kind": "TrainJob", "name": "a"}]},
+            "spec": {"nodeSelector": {"zone": "z1"},
+                "replicatedJobs": [{"name": "node", "replicas": 2, "args": ["--a", "b"],
+                    "ports": [{"containerPort": 29400}]}],
+                "finalizers": ["a"]}})
+    }
+
+    fn live() -> Value {
+        json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "a", "namespace": "n", "uid": "x", "resourceVersion": "9",
+                "labels": {"x": "1", "kueue": "k"},
+                "ownerReferences": [{"uid": "u1", "kind": "TrainJob", "name": "a", "apiVersion": "v"}]},
+            "spec": {"nodeSelector": {"zone": "z1", "foreign": "f"}, "suspend": false,
+                "replicatedJobs": [{"name": "launcher"}, {"name": "node", "replicas": 2.0, "args": ["--a", "b"],
+                    "ports": [{"containerPort": 29400, "protocol": "TCP"}], "template": {}}],
+                "finalizers": ["b", "a"]},
+            "status": {"ready": 1}})
+    }
+
     #[test]
-    fn contains_ignores_server_added_fields_but_not_changed_ones() {
-        let live = json!({"metadata": {"name": "a", "uid": "u", "labels": {"x": "1", "y": "2"}},
-            "spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {"spec": {"parallelism": 2}}}],
-                     "suspend": false}});
-        let desired = json!({"metadata": {"name": "a", "labels": {"x": "1"}},
-            "spec": {"replicatedJobs": [{"name": "node", "replicas": 1}]}});
-        assert!(contains(&live, &desired));
-        let changed = json!({"metadata": {"name": "a", "labels": {"x": "2"}}});
-        assert!(!contains(&live, &changed));
-        let more_items =
-            json!({"spec": {"replicatedJobs": [{"name": "node"}, {"name": "launcher"}]}});
-        assert!(!contains(&live, &more_items));
-        let new_field = json!({"spec": {"suspend": true}});
-        assert!(!contains(&live, &new_field));
-        assert!(contains(&json!({"a": 1.0}), &json!({"a": 1})));
+    fn unchanged_desired_is_up_to_date_whatever_other_managers_own() {
+        assert!(up_to_date(&owned(), &live(), &desired()));
+        // Untracked metadata and a status the server does not record are
+        // no fields of ours.
+        let mut d = desired();
+        d["status"] = json!({"ready": 5});
+        d["metadata"]["resourceVersion"] = json!("1");
+        assert!(up_to_date(&owned(), &live(), &d));
+    }
+
+    #[test]
+    fn an_added_field_is_a_change() {
+        let mut d = desired();
+        d["metadata"]["labels"]["y"] = json!("2");
+        assert!(!up_to_date(&owned(), &live(), &d), "new label");
+        let mut d = desired();
+        d["spec"]["suspend"] = json!(false);
         assert!(
-            contains(&json!({}), &json!({"labels": {}, "x": null})),
-            "empty maps are absent on the server"
+            !up_to_date(&owned(), &live(), &d),
+            "a field someone else set to the same value is not ours yet"
         );
+    }
+
+    #[test]
+    fn a_removed_field_is_a_change() {
+        let mut d = desired();
+        d["spec"].as_object_mut().unwrap().remove("nodeSelector");
+        assert!(!up_to_date(&owned(), &live(), &d), "nodeSelector dropped");
+        let mut d = desired();
+        d["metadata"]["labels"] = json!({});
+        assert!(!up_to_date(&owned(), &live(), &d), "label dropped");
+        let mut d = desired();
+        d["metadata"]["labels"]["x"] = Value::Null;
+        assert!(!up_to_date(&owned(), &live(), &d), "null is no field");
+        let mut d = desired();
+        d["spec"]["finalizers"] = json!([]);
+        assert!(!up_to_date(&owned(), &live(), &d), "set item dropped");
+    }
+
+    #[test]
+    fn a_changed_value_is_a_change() {
+        let mut d = desired();
+        d["spec"]["nodeSelector"]["zone"] = json!("z2");
+        assert!(!up_to_date(&owned(), &live(), &d));
+        let mut d = desired();
+        d["spec"]["replicatedJobs"][0]["args"] = json!(["--a"]);
+        assert!(
+            !up_to_date(&owned(), &live(), &d),
+            "atomic list compared whole"
+        );
+        let mut l = live();
+        l["metadata"]["labels"]["x"] = json!("edited");
+        assert!(
+            !up_to_date(&owned(), &l, &desired()),
+            "hand edit of our field"
+        );
+    }
+
+    #[test]
+    fn map_list_items_are_matched_by_key() {
+        let mut d = desired();
+        d["spec"]["replicatedJobs"][0]["replicas"] = json!(3);
+        assert!(
+            !up_to_date(&owned(), &live(), &d),
+            "value changed in an item"
+        );
+        let mut d = desired();
+        d["spec"]["replicatedJobs"][0]["name"] = json!("worker");
+        assert!(!up_to_date(&owned(), &live(), &d), "other key: other item");
+        let mut d = desired();
+        d["spec"]["replicatedJobs"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "launcher"}));
+        assert!(!up_to_date(&owned(), &live(), &d), "item added");
+        let mut d = desired();
+        d["spec"]["replicatedJobs"][0]["ports"][0]["protocol"] = json!("UDP");
+        assert!(!up_to_date(&owned(), &live(), &d), "key field differs");
+        let mut d = desired();
+        d["spec"]["replicatedJobs"][0]["ports"][0]["protocol"] = json!("TCP");
+        assert!(
+            up_to_date(&owned(), &live(), &d),
+            "defaulted key given explicitly"
+        );
+        let mut l = live();
+        l["spec"]["replicatedJobs"]
+            .as_array_mut()
+            .unwrap()
+            .remove(1);
+        assert!(!up_to_date(&owned(), &l, &desired()), "live item gone");
+    }
+
+    #[test]
+    fn a_foreign_managers_fields_are_ignored_and_no_own_set_is_no_match() {
+        // Other managers' fields are in `live` only: a live object full of
+        // them still matches.
+        let mut l = live();
+        l["metadata"]["annotations"] = json!({"kueue": "x"});
+        l["spec"]["nodeSelector"]["kueue"] = json!("y");
+        assert!(up_to_date(&owned(), &l, &desired()));
+        assert!(!up_to_date(&json!({}), &live(), &desired()));
+        let bare = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}});
+        assert!(
+            up_to_date(&json!({"f:metadata": {}}), &live(), &bare),
+            "only the name, nothing owned"
+        );
+        assert!(!up_to_date(
+            &json!({}),
+            &live(),
+            &json!({"data": {"k": "v"}})
+        ));
+        assert!(!up_to_date(&Value::Null, &live(), &desired()));
+    }
+
+    #[test]
+    fn only_our_apply_entry_is_ours() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
+        let entry =
+            |manager: &str, operation: &str, sub: Option<&str>, fields: Value| ManagedFieldsEntry {
+                manager: Some(manager.into()),
+                operation: Some(operation.into()),
+                subresource: sub.map(Into::into),
+                api_version: Some("v1".into()),
+                fields_type: Some("FieldsV1".into()),
+                fields_v1: Some(FieldsV1(fields)),
+                time: None,
+            };
+        let mut obj = DynamicObject::new(
+            "a",
+            &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        );
+        obj.metadata.managed_fields = Some(vec![
+            entry("kueue", "Apply", None, json!({"f:data": {"f:k": {}}})),
+            entry(
+                FIELD_MANAGER,
+                "Update",
+                None,
+                json!({"f:data": {"f:u": {}}}),
+            ),
+            entry(
+                FIELD_MANAGER,
+                "Apply",
+                Some("status"),
+                json!({"f:status": {}}),
+            ),
+            entry(
+                FIELD_MANAGER,
+                "Apply",
+                None,
+                json!({"f:data": {"f:mine": {}}}),
+            ),
+        ]);
+        assert_eq!(
+            owned_fields(&obj, "v1"),
+            Some(&json!({"f:data": {"f:mine": {}}}))
+        );
+        assert_eq!(owned_fields(&obj, "v2"), None, "another version's set");
     }
 
     #[test]

@@ -1,17 +1,241 @@
-//! Kubernetes Events on TrainJobs (events.k8s.io, reporter
-//! `trainer-trainjob-controller`): upstream's
-//! `TrainJobResourcesCreationFailed`, plus one Event per important
-//! transition (JobSet created, suspended, resumed, complete, failed,
-//! deadline exceeded, unsupported or missing runtime, no plugin set that
-//! can serve).
+//! Kubernetes Events on TrainJobs (reporter `trainer-trainjob-controller`):
+//! upstream's `TrainJobResourcesCreationFailed`, plus one Event per
+//! important transition (JobSet created, suspended, resumed, complete,
+//! failed, deadline exceeded, unsupported or missing runtime, no plugin set
+//! that can serve).
+//!
+//! Events are written through the core `v1` API with the fields its
+//! readers sort and filter on: `firstTimestamp`, `lastTimestamp`, `count`,
+//! `source.component` (and `eventTime`, `reportingComponent`,
+//! `reportingInstance`, `action` for `events.k8s.io` readers, which see the
+//! same objects). The `events.k8s.io/v1` API refuses those legacy fields on
+//! create, and clients that list core Events and keep only those with a
+//! `firstTimestamp` (the Kubeflow Python SDK's `get_job_events`) would see
+//! none of ours.
+//!
+//! Repeats are aggregated like Kubernetes' event recorders do: an Event with
+//! the same type, reason, action and object as one written in the last six
+//! minutes is not written again; its `count` goes up and `lastTimestamp`
+//! and the message become the latest ones (if it has expired meanwhile, a
+//! new one is created).
 
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Resource;
-use kube::runtime::events::{Event, EventType};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::sync::Mutex;
 use tracing::warn;
 use trainforge_api::trainer::v1alpha1::TrainJob;
 
 use super::Context;
 use super::conditions::{CONDITION_PLUGINS_READY, ConditionStatus, Transition};
+
+/// How long after its last occurrence an Event is updated rather than
+/// written anew.
+const AGGREGATION_WINDOW: SignedDuration = SignedDuration::from_mins(6);
+
+/// Who writes the Events: `source.component` / `reportingComponent`, and
+/// this replica (`reportingInstance`; the component when `None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reporter {
+    /// The component name.
+    pub controller: String,
+    /// This replica's identity.
+    pub instance: Option<String>,
+}
+
+/// Why an Event could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum EventError {
+    /// Creating a new Event failed.
+    #[error("creating Event {name}: {source}")]
+    Create {
+        /// The Event's name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Updating the count of a repeated Event failed.
+    #[error("updating Event {name}: {source}")]
+    Update {
+        /// The Event's name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// What makes two Events the same occurrence, repeated.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct EventKey {
+    warning: bool,
+    reason: String,
+    action: String,
+    kind: Option<String>,
+    namespace: Option<String>,
+    name: Option<String>,
+    uid: Option<String>,
+}
+
+/// Writes core `v1` Events, aggregating repeats (see the module rules).
+pub struct Recorder {
+    client: kube::Client,
+    reporter: Reporter,
+    /// The last Event written per key.
+    written: Mutex<HashMap<EventKey, CoreEvent>>,
+}
+
+/// What to write for one occurrence.
+#[derive(Debug, Clone, PartialEq)]
+enum Write {
+    /// A new Event.
+    Create(CoreEvent),
+    /// The repeat of an Event written before: its new state.
+    Update(CoreEvent),
+}
+
+/// One occurrence to record.
+struct Occurrence<'a> {
+    warning: bool,
+    reason: &'a str,
+    action: &'a str,
+    note: String,
+    regarding: &'a ObjectReference,
+}
+
+/// A new Event for `o` at `now`.
+fn new_event(reporter: &Reporter, o: &Occurrence<'_>, now: Timestamp) -> CoreEvent {
+    let instance = reporter
+        .instance
+        .clone()
+        .unwrap_or_else(|| reporter.controller.clone());
+    let object = o.regarding.name.as_deref().unwrap_or(&reporter.controller);
+    CoreEvent {
+        metadata: ObjectMeta {
+            name: Some(format!("{object}.{:x}", now.as_nanosecond())),
+            namespace: o.regarding.namespace.clone(),
+            ..ObjectMeta::default()
+        },
+        involved_object: o.regarding.clone(),
+        reason: Some(o.reason.to_owned()),
+        message: Some(o.note.clone()),
+        type_: Some(if o.warning { "Warning" } else { "Normal" }.to_owned()),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        count: Some(1),
+        source: Some(EventSource {
+            component: Some(reporter.controller.clone()),
+            host: None,
+        }),
+        event_time: Some(MicroTime(now)),
+        action: Some(o.action.to_owned()),
+        reporting_component: Some(reporter.controller.clone()),
+        reporting_instance: Some(instance),
+        ..CoreEvent::default()
+    }
+}
+
+/// The write for `o` given the Event last written for its key.
+fn plan(
+    reporter: &Reporter,
+    last: Option<&CoreEvent>,
+    o: &Occurrence<'_>,
+    now: Timestamp,
+) -> Write {
+    let recent = last.filter(|e| {
+        e.last_timestamp
+            .as_ref()
+            .is_some_and(|t| t.0 + AGGREGATION_WINDOW > now)
+    });
+    match recent {
+        Some(e) => {
+            let mut e = e.clone();
+            e.count = Some(e.count.unwrap_or(1).saturating_add(1));
+            e.last_timestamp = Some(Time(now));
+            e.message = Some(o.note.clone());
+            Write::Update(e)
+        }
+        None => Write::Create(new_event(reporter, o, now)),
+    }
+}
+
+impl Recorder {
+    /// A recorder writing as `reporter`.
+    pub fn new(client: kube::Client, reporter: Reporter) -> Self {
+        Recorder {
+            client,
+            reporter,
+            written: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn create(
+        &self,
+        api: &Api<CoreEvent>,
+        event: &CoreEvent,
+    ) -> Result<CoreEvent, EventError> {
+        api.create(&PostParams::default(), event)
+            .await
+            .map_err(|source| EventError::Create {
+                name: event.metadata.name.clone().unwrap_or_default(),
+                source,
+            })
+    }
+
+    /// Record one occurrence of an Event about `regarding`.
+    async fn record(&self, o: Occurrence<'_>) -> Result<(), EventError> {
+        let key = EventKey {
+            warning: o.warning,
+            reason: o.reason.to_owned(),
+            action: o.action.to_owned(),
+            kind: o.regarding.kind.clone(),
+            namespace: o.regarding.namespace.clone(),
+            name: o.regarding.name.clone(),
+            uid: o.regarding.uid.clone(),
+        };
+        let ns = o.regarding.namespace.as_deref().unwrap_or("default");
+        let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), ns);
+        // Held across the write so that two repeats cannot both create.
+        let mut written = self.written.lock().await;
+        let now = Timestamp::now();
+        written.retain(|_, e| {
+            e.last_timestamp
+                .as_ref()
+                .is_some_and(|t| t.0 + AGGREGATION_WINDOW > now)
+        });
+        let stored = match plan(&self.reporter, written.get(&key), &o, now) {
+            Write::Create(event) => self.create(&api, &event).await?,
+            Write::Update(event) => {
+                let name = event.metadata.name.clone().unwrap_or_default();
+                let patch = json!({
+                    "count": event.count,
+                    "lastTimestamp": event.last_timestamp,
+                    "message": event.message,
+                });
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(e) => e,
+                    // Expired (or deleted) meanwhile: a new one.
+                    Err(kube::Error::Api(s)) if s.code == 404 => {
+                        self.create(&api, &new_event(&self.reporter, &o, now))
+                            .await?
+                    }
+                    Err(source) => return Err(EventError::Update { name, source }),
+                }
+            }
+        };
+        written.insert(key, stored);
+        Ok(())
+    }
+}
 
 /// Upstream's reason for any failure to build or apply a TrainJob's objects.
 pub const REASON_CREATION_FAILED: &str = "TrainJobResourcesCreationFailed";
@@ -51,18 +275,15 @@ pub async fn publish(
     action: &str,
     note: String,
 ) -> bool {
-    let event = Event {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: action.to_owned(),
-        secondary: None,
+    let regarding = job.object_ref(&());
+    let occurrence = Occurrence {
+        warning,
+        reason,
+        action,
+        note,
+        regarding: &regarding,
     };
-    match ctx.recorder.publish(&event, &job.object_ref(&())).await {
+    match ctx.recorder.record(occurrence).await {
         Ok(()) => {
             ctx.metrics.api_write("create", "Event");
             true
@@ -108,7 +329,89 @@ pub fn for_transition(t: &Transition) -> Option<(bool, String, String)> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
     use super::*;
+
+    fn reporter() -> Reporter {
+        Reporter {
+            controller: "trainer-trainjob-controller".into(),
+            instance: Some("op_abc".into()),
+        }
+    }
+
+    fn regarding() -> ObjectReference {
+        ObjectReference {
+            api_version: Some("trainer.kubeflow.org/v1alpha1".into()),
+            kind: Some("TrainJob".into()),
+            name: Some("job".into()),
+            namespace: Some("team".into()),
+            uid: Some("u".into()),
+            ..ObjectReference::default()
+        }
+    }
+
+    fn occurrence<'a>(regarding: &'a ObjectReference, note: &str) -> Occurrence<'a> {
+        Occurrence {
+            warning: true,
+            reason: REASON_CREATION_FAILED,
+            action: ACTION_RECONCILING,
+            note: note.into(),
+            regarding,
+        }
+    }
+
+    #[test]
+    fn a_new_event_has_the_core_fields_its_readers_filter_on() {
+        let r = regarding();
+        let now = Timestamp::now();
+        let Write::Create(e) = plan(&reporter(), None, &occurrence(&r, "boom"), now) else {
+            panic!("not a create");
+        };
+        assert_eq!(e.first_timestamp, Some(Time(now)));
+        assert_eq!(e.last_timestamp, Some(Time(now)));
+        assert_eq!(e.count, Some(1));
+        assert_eq!(
+            e.source.unwrap().component.as_deref(),
+            Some("trainer-trainjob-controller")
+        );
+        assert_eq!(e.involved_object, r);
+        assert_eq!(e.metadata.namespace.as_deref(), Some("team"));
+        assert!(e.metadata.name.unwrap().starts_with("job."));
+        assert_eq!(e.type_.as_deref(), Some("Warning"));
+        assert_eq!(e.reason.as_deref(), Some(REASON_CREATION_FAILED));
+        assert_eq!(e.message.as_deref(), Some("boom"));
+        assert_eq!(e.action.as_deref(), Some(ACTION_RECONCILING));
+        assert_eq!(e.reporting_instance.as_deref(), Some("op_abc"));
+        assert_eq!(e.event_time, Some(MicroTime(now)));
+    }
+
+    #[test]
+    fn a_repeat_within_the_window_counts_up_and_keeps_the_first_time() {
+        let r = regarding();
+        let t0 = Timestamp::now();
+        let Write::Create(first) = plan(&reporter(), None, &occurrence(&r, "a"), t0) else {
+            panic!("not a create");
+        };
+        let t1 = t0 + SignedDuration::from_mins(5);
+        let Write::Update(second) = plan(&reporter(), Some(&first), &occurrence(&r, "b"), t1)
+        else {
+            panic!("not an update");
+        };
+        assert_eq!(second.metadata.name, first.metadata.name);
+        assert_eq!(second.count, Some(2));
+        assert_eq!(second.first_timestamp, Some(Time(t0)));
+        assert_eq!(second.last_timestamp, Some(Time(t1)));
+        assert_eq!(second.message.as_deref(), Some("b"), "the latest message");
+        // Six minutes after the last occurrence: a new Event.
+        let t2 = t1 + AGGREGATION_WINDOW;
+        let Write::Create(third) = plan(&reporter(), Some(&second), &occurrence(&r, "c"), t2)
+        else {
+            panic!("not a create");
+        };
+        assert_eq!(third.count, Some(1));
+        assert_ne!(third.metadata.name, first.metadata.name);
+    }
 
     #[test]
     fn note_is_truncated_like_upstream() {

@@ -27,6 +27,7 @@ pub mod reconcile;
 pub mod serving;
 pub mod snapshot;
 
+use events::{Recorder, Reporter};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,7 +36,6 @@ use futures::StreamExt;
 use kube::Api;
 use kube::runtime::Controller;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};

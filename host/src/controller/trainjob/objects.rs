@@ -215,12 +215,14 @@ impl ObjectCache {
         let trigger = self.trigger.clone();
         let label = format!("{} {}", kind.api_version, kind.kind);
         info!(kind = %label, "starting watch");
-        // managedFields are never read from the cache and are the bulk of
-        // an applied object's size: drop them before they are stored.
+        // managedFields are the bulk of an applied object's size: only our
+        // own Apply entry is kept (the apply step compares against it).
         let events = watcher(api, watcher::Config::default())
             .default_backoff()
             .modify(|o| {
-                o.metadata.managed_fields = None;
+                if let Some(fields) = o.metadata.managed_fields.as_mut() {
+                    fields.retain(super::apply::is_ours);
+                }
             });
         let stream = reflector::reflector(writer, events).touched_objects();
         let task = tokio::spawn(async move {

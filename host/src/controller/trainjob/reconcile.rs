@@ -577,7 +577,12 @@ impl Reconcile<'_> {
         }
         let patch = conditions::status_patch(old, new).map_err(ReconcileError::StatusPatch)?;
         let api: Api<TrainJob> = Api::namespaced(self.ctx.client.clone(), self.ns);
-        api.patch_status(self.name, &PatchParams::default(), &Patch::Merge(&patch))
+        // Written as our field manager (not the default, `unknown`).
+        let params = PatchParams {
+            field_manager: Some(apply::FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        api.patch_status(self.name, &params, &Patch::Merge(&patch))
             .await
             .map_err(ReconcileError::StatusWrite)?;
         self.writes += 1;
