@@ -9,7 +9,8 @@
 //! - [`scheduling`] — scheduler-plugins and Volcano PodGroups.
 //! - [`trainforge::v1alpha1`] — ClusterTrainerPlugin (the operator's plugin configuration).
 //! - [`crds`] — the CRDs of our kinds, generated from these types ([`schema`]
-//!   makes the schemas structural).
+//!   makes the schemas structural, [`k8s_markers`] adds the list types and
+//!   defaults of embedded Kubernetes types).
 //! - `blueprint` (not on `wasm32`) — the operator's one builder of the
 //!   [`plugin::Info`] plugins see, from a TrainJob and its runtime.
 
@@ -18,6 +19,7 @@ pub mod blueprint;
 pub mod cel;
 pub mod crds;
 pub mod jobset;
+pub mod k8s_markers;
 pub mod plugin;
 pub mod scheduling;
 pub mod schema;

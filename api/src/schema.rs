@@ -15,13 +15,20 @@
 //!   schemas (k8s-openapi's Quantity schema carries a 2 KB description that
 //!   would otherwise be repeated hundreds of times);
 //! * descriptions inside embedded Kubernetes types are dropped to keep each CRD
-//!   far below etcd's request limit (our own types keep theirs).
+//!   far below etcd's request limit (our own types keep theirs);
+//! * embedded Kubernetes types get the list and map types, explicit defaults
+//!   and required fields of the API server's own schema
+//!   ([`crate::k8s_markers`]), so server-side apply merges `containers`,
+//!   `env`, `ports`, `volumes`, … by key and defaults `ports[].protocol` to
+//!   `TCP`, exactly as it does in a Pod.
 
 use schemars::{
     JsonSchema, SchemaGenerator,
     generate::{Contract, SchemaSettings},
 };
 use serde_json::{Map, Value, json};
+
+use crate::k8s_markers::{self, Markers, MarkersError};
 
 /// Errors while building a structural schema.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +42,9 @@ pub enum SchemaError {
     /// The finished schema does not fit `JSONSchemaProps`.
     #[error("generated schema is not a valid JSONSchemaProps: {0}")]
     Props(#[from] serde_json::Error),
+    /// The Kubernetes markers could not be read.
+    #[error(transparent)]
+    Markers(#[from] MarkersError),
 }
 
 const DEFINITIONS_PATH: &str = "/components/schemas";
@@ -94,7 +104,8 @@ impl StructuralSchemas {
     /// Inline references and normalise `raw` into a structural schema.
     pub fn finish(&mut self, raw: Value) -> Result<Value, SchemaError> {
         let definitions = self.generator.definitions().clone();
-        let mut out = inline(raw, &definitions, 0, false)?;
+        let markers = k8s_markers::embedded()?;
+        let mut out = inline(raw, &definitions, &markers, 0, false)?;
         normalise(&mut out);
         Ok(out)
     }
@@ -105,6 +116,7 @@ impl StructuralSchemas {
 fn inline(
     mut schema: Value,
     definitions: &Map<String, Value>,
+    markers: &Markers,
     depth: usize,
     in_k8s: bool,
 ) -> Result<Value, SchemaError> {
@@ -141,9 +153,16 @@ fn inline(
             Value::Object(m) => m,
             _ => Map::new(),
         };
+        k8s_markers::apply(markers, &name, &mut merged);
         merge_siblings(&mut merged, siblings);
         in_k8s = in_k8s || name.starts_with(K8S_PREFIX);
-        let mut out = inline(Value::Object(merged), definitions, depth + 1, in_k8s)?;
+        let mut out = inline(
+            Value::Object(merged),
+            definitions,
+            markers,
+            depth + 1,
+            in_k8s,
+        )?;
         if let (Some(d), Value::Object(o)) = (description, &mut out) {
             o.insert("description".into(), d);
         }
@@ -155,7 +174,7 @@ fn inline(
     for key in ["items", "additionalProperties"] {
         if let Some(sub) = obj.remove(key) {
             let sub = if sub.is_object() {
-                inline(sub, definitions, depth, in_k8s)?
+                inline(sub, definitions, markers, depth, in_k8s)?
             } else {
                 sub
             };
@@ -165,7 +184,7 @@ fn inline(
     if let Some(Value::Object(props)) = obj.remove("properties") {
         let mut out = Map::new();
         for (k, v) in props {
-            out.insert(k, inline(v, definitions, depth, in_k8s)?);
+            out.insert(k, inline(v, definitions, markers, depth, in_k8s)?);
         }
         obj.insert("properties".into(), Value::Object(out));
     }
@@ -173,7 +192,7 @@ fn inline(
         if let Some(Value::Array(subs)) = obj.remove(key) {
             let mut out = Vec::new();
             for v in subs {
-                out.push(inline(v, definitions, depth, in_k8s)?);
+                out.push(inline(v, definitions, markers, depth, in_k8s)?);
             }
             obj.insert(key.into(), Value::Array(out));
         }

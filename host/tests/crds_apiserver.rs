@@ -445,10 +445,10 @@ async fn cel_rules_reject_bad_objects_with_upstream_messages() {
             cel::NUM_PROC_PER_NODE_STRING.message,
         ),
         (
-            "mpi numProcPerNode 0",
+            "mpi numProcPerNode -1",
             runtime(
                 "mnp",
-                Some(json!({"mpi": {"numProcPerNode": 0}})),
+                Some(json!({"mpi": {"numProcPerNode": -1}})),
                 None,
                 None,
             ),

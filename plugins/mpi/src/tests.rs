@@ -182,6 +182,42 @@ fn slots_from_gpus_when_policy_is_one() {
 }
 
 #[test]
+fn zero_slots_per_node_are_kept() {
+    // Kubeflow Trainer v2.3 accepts `numProcPerNode: 0` and only replaces a
+    // policy value of 1 by the GPU count: 0 stays 0 even on GPU nodes.
+    let mut pol = policy_defaults();
+    pol["numProcPerNode"] = json!(0);
+    let out = Harness::<Mpi>::new(
+        trainjob(json!({"numNodes": 2})),
+        info(pol, json!({"limits": {"nvidia.com/gpu": "4"}})),
+    )
+    .run()
+    .expect("runs");
+    assert_eq!(
+        out.info.policy("mlPolicy.mpi.numProcPerNode"),
+        Some(&json!(0))
+    );
+    let cm = out
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .expect("hostfile");
+    assert_eq!(
+        cm["data"]["hostfile"],
+        "alpha-node-0-0.alpha slots=0\nalpha-node-0-1.alpha slots=0\n"
+    );
+    let launcher = out.info.pod_set("launcher").expect("launcher");
+    let slots = launcher
+        .container("node")
+        .expect("launcher node container")
+        .env
+        .iter()
+        .find(|e| e.name == ENV_DEFAULT_SLOTS)
+        .and_then(|e| e.value.clone());
+    assert_eq!(slots.as_deref(), Some("0"));
+}
+
+#[test]
 fn ssh_secret_shape_and_keys_parse_back() {
     let out = Harness::<Mpi>::new(trainjob(json!({})), info(policy_defaults(), json!({})))
         .run()

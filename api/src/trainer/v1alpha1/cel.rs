@@ -69,10 +69,11 @@ pub const ENV_INJECTION_NOT_NODE: CelRule = CelRule {
     message: "containerNames must not include the main node container because PET_* envs are always injected into it",
 };
 
-/// MPI `numProcPerNode` is at least 1.
+/// MPI `numProcPerNode` is not negative (0 is accepted, as Kubeflow Trainer
+/// v2.3 does, and becomes `slots=0`).
 pub const MPI_NUM_PROC_PER_NODE: CelRule = CelRule {
-    rule: "self >= 1",
-    message: "NumProcPerNode in mpiPolicy must be >= 1",
+    rule: "self >= 0",
+    message: "NumProcPerNode in mpiPolicy must be >= 0",
 };
 
 /// Flux `numProcPerNode` is at least 1.

@@ -100,9 +100,9 @@ pub const DEFAULT_SCHEDULE_TIMEOUT_SECONDS: i32 = 60;
 pub const VOLCANO_MODE_HARD: &str = "hard";
 /// Volcano network topology mode `soft`.
 pub const VOLCANO_MODE_SOFT: &str = "soft";
-/// Brief-style `networkPolicy` value that maps to Volcano `soft`.
+/// Portable `networkPolicy` value that maps to Volcano `soft`.
 pub const NETWORK_POLICY_BEST_EFFORT: &str = "Best-effort";
-/// Brief-style `networkPolicy` value that maps to Volcano `hard`.
+/// Portable `networkPolicy` value that maps to Volcano `hard`.
 pub const NETWORK_POLICY_STRICT: &str = "Strict";
 
 /// The runtime patch manager that carries a TrainJob's v2.1 override fields

@@ -55,8 +55,8 @@ pub struct MLPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TorchMLPolicySource {
-    /// Processes per node: an integer or `auto`, `cpu`, `gpu` (v2.1 API; at
-    /// HEAD set on the TrainJob's `trainer.numProcPerNode`).
+    /// Deprecated: set `trainer.numProcPerNode` on the TrainJob. Processes
+    /// per node: an integer of at least 1, or `auto`, `cpu`, `gpu`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend(
         "x-kubernetes-validations" = [cel::NUM_PROC_PER_NODE_MIN, cel::NUM_PROC_PER_NODE_STRING]
@@ -67,7 +67,7 @@ pub struct TorchMLPolicySource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_injection: Option<TorchEnvInjection>,
 
-    /// Elastic training bounds (v2.1 API).
+    /// Deprecated: accepted for compatibility and ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elastic_policy: Option<TorchElasticPolicy>,
 }
@@ -105,8 +105,8 @@ pub struct EnvInjectionTarget {
     pub container_names: Vec<String>,
 }
 
-/// TorchElasticPolicy bounds elastic training (v2.1 API; never implemented
-/// upstream).
+/// TorchElasticPolicy bounds elastic training. Deprecated: accepted for
+/// compatibility and ignored.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TorchElasticPolicy {
@@ -132,22 +132,27 @@ pub struct TorchElasticPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MPIMLPolicySource {
-    /// Slots per node.
+    /// Slots per node (`slots=` in the hostfile and
+    /// `OMPI_MCA_orte_set_default_slots`); the TrainJob's
+    /// `trainer.numProcPerNode` overrides it. When it is 1 and the node
+    /// container has more than one GPU, the GPU count is used instead. 0 is
+    /// accepted and used as is. Defaults to 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = 1, "x-kubernetes-validations" = [cel::MPI_NUM_PROC_PER_NODE]))]
     pub num_proc_per_node: Option<i32>,
 
-    /// MPI implementation; only `OpenMPI` is supported.
+    /// MPI implementation: `OpenMPI` (the default and the only one supported).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = "OpenMPI", "enum" = ["OpenMPI", ""]))]
     pub mpi_implementation: Option<String>,
 
-    /// Where the SSH keys are mounted.
+    /// Where the SSH keys are mounted in the launcher and node containers
+    /// (default `/root/.ssh`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4096), extend("default" = "/root/.ssh"))]
     pub ssh_auth_mount_path: Option<String>,
 
-    /// Whether the launcher also counts as a training node.
+    /// Whether the launcher also counts as a training node (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = false))]
     pub run_launcher_as_node: Option<bool>,
@@ -165,7 +170,8 @@ pub struct XGBoostMLPolicySource {}
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FluxMLPolicySource {
-    /// Flux tasks per node.
+    /// Flux tasks per node: at least 1 (default 1); the TrainJob's
+    /// `trainer.numProcPerNode` overrides it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = 1, "x-kubernetes-validations" = [cel::FLUX_NUM_PROC_PER_NODE]))]
     pub num_proc_per_node: Option<i32>,

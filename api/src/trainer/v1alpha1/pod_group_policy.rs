@@ -36,7 +36,7 @@ pub struct PodGroupPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CoschedulingPodGroupPolicySource {
-    /// How long the gang may wait to be scheduled.
+    /// How long, in seconds, the gang may wait to be scheduled (default 60).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = 60))]
     pub schedule_timeout_seconds: Option<i32>,
@@ -68,12 +68,14 @@ pub struct NetworkTopologySpec {
     #[schemars(extend("default" = 1))]
     pub highest_tier_allowed: Option<i32>,
 
-    /// Node label that identifies the topology domain (brief's form).
+    /// Node label whose value identifies a topology domain (a portable
+    /// alternative to Volcano's network tiers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 316))]
     pub topology_key: Option<String>,
 
-    /// `Best-effort` or `Strict` (brief's form of `mode`).
+    /// `Best-effort` or `Strict`: a portable form of `mode`; when set it
+    /// decides the mode (`Best-effort` → `soft`, `Strict` → `hard`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("enum" = ["Best-effort", "Strict"]))]
     pub network_policy: Option<String>,

@@ -25,7 +25,8 @@ pub struct RuntimePatch {
     )]
     pub manager: String,
 
-    /// When the patch was last changed (set by the mutating webhook).
+    /// When the patch was last changed; informational, it does not affect
+    /// how patches are applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
 
@@ -117,9 +118,9 @@ pub struct PodTemplatePatch {
     pub spec: Option<PodSpecPatch>,
 }
 
-/// PodSpecPatch holds the patchable pod spec fields. Scheduling fields stay
-/// mutable (the webhook allows changes only while suspended); the others are
-/// immutable.
+/// PodSpecPatch holds the pod spec fields a patch may set. The scheduling
+/// fields (`nodeSelector`, `affinity`, `tolerations`, `schedulingGates`) may
+/// change after creation; the others are immutable.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodSpecPatch {
@@ -216,8 +217,9 @@ pub struct ContainerPatch {
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
 
-    /// Environment variables upserted into the container (the webhook forbids
-    /// them for `node`, `dataset-initializer`, `model-initializer`).
+    /// Environment variables upserted into the container. Not allowed for the
+    /// containers `node`, `dataset-initializer` and `model-initializer`, whose
+    /// environment is set with `trainer.env` and `initializer.*.env`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(max = 128),

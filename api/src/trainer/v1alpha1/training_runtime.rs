@@ -30,11 +30,15 @@ use crate::jobset::v1alpha2::JobSetSpec;
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("minProperties" = 1))]
 pub struct TrainingRuntimeSpec {
-    /// The ML framework policy; selects the ML plugin.
+    /// The ML framework policy: at most one of `torch`, `mpi`, `jax`,
+    /// `xgboost`, `flux` (or the policy of an installed out-of-tree plugin);
+    /// it decides how the trainer job is launched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ml_policy: Option<MLPolicy>,
 
-    /// The gang-scheduling policy; selects the pod group plugin.
+    /// Gang scheduling: at most one of `coscheduling` (scheduler-plugins) and
+    /// `volcano` (or the policy of an installed out-of-tree plugin). Unset:
+    /// no PodGroup is created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_group_policy: Option<PodGroupPolicy>,
 

@@ -1,9 +1,9 @@
 //! `TrainJob`: one training run on a (Cluster)TrainingRuntime blueprint.
 //!
-//! The spec is the union of both API generations: HEAD (`runtimePatches`,
-//! immutable `trainer`/`initializer`, `activeDeadlineSeconds`) and v2.1
-//! (`podTemplateOverrides`, `spec.labels`/`annotations`, int-or-string
-//! `numProcPerNode`).
+//! The spec serves the current API (`runtimePatches`, immutable
+//! `trainer`/`initializer`, `activeDeadlineSeconds`) and, deprecated, the
+//! earlier fields `podTemplateOverrides`, `spec.labels`/`annotations` and
+//! string `numProcPerNode` values.
 
 use std::collections::BTreeMap;
 
@@ -32,7 +32,12 @@ use super::status::TrainJobStatus;
     derive = "PartialEq",
     derive = "Default",
     printcolumn = r#"{"name":"State","type":"string","description":"The type of the first condition whose status is True (e.g. Complete, Failed, Suspended).","jsonPath":".status.conditions[?(@.status==\"True\")].type"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Runtime","type":"string","priority":1,"description":"Name of the referenced runtime.","jsonPath":".spec.runtimeRef.name"}"#,
+    printcolumn = r#"{"name":"Runtime Kind","type":"string","priority":1,"description":"Kind of the referenced runtime.","jsonPath":".spec.runtimeRef.kind"}"#,
+    printcolumn = r#"{"name":"Nodes","type":"integer","priority":1,"description":"Number of training nodes requested by the TrainJob (empty: the runtime's).","jsonPath":".spec.trainer.numNodes"}"#,
+    printcolumn = r#"{"name":"Suspended","type":"boolean","priority":1,"description":"Whether the TrainJob is suspended.","jsonPath":".spec.suspend"}"#,
+    printcolumn = r#"{"name":"Managed By","type":"string","priority":1,"description":"The controller that reconciles the TrainJob.","jsonPath":".spec.managedBy"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct TrainJobSpec {
@@ -50,23 +55,28 @@ pub struct TrainJobSpec {
     #[schemars(extend("x-kubernetes-validations" = [cel::IMMUTABLE]))]
     pub trainer: Option<Trainer>,
 
+    /// Deprecated: use `runtimePatches[].trainingRuntimeSpec.template.metadata.labels`.
     /// Labels merged over the runtime template's labels and applied to the
-    /// JobSet (v2.1 API; at HEAD use `runtimePatches`).
+    /// JobSet; the TrainJob's values win.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
 
+    /// Deprecated: use `runtimePatches[].trainingRuntimeSpec.template.metadata.annotations`.
     /// Annotations merged over the runtime template's annotations and applied
-    /// to the JobSet (v2.1 API; at HEAD use `runtimePatches`).
+    /// to the JobSet; the TrainJob's values win.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
 
-    /// Overrides of the runtime's pod templates (v2.1 API). Later entries
-    /// override earlier field values.
+    /// Deprecated: use `runtimePatches`. Overrides of the pod templates of
+    /// the runtime's replicated jobs named in `targetJobs`, applied in list
+    /// order (later entries override earlier field values).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub pod_template_overrides: Option<Vec<PodTemplateOverride>>,
 
-    /// Per-manager patches to the runtime template (HEAD API).
+    /// Patches to the runtime's JobSet template, one per manager (the user or
+    /// tool that owns the patch, e.g. `kueue.x-k8s.io/manager`), applied in
+    /// list order (later patches win). At most 16.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(max = 16),
@@ -74,7 +84,8 @@ pub struct TrainJobSpec {
     )]
     pub runtime_patches: Option<Vec<RuntimePatch>>,
 
-    /// Whether the TrainJob is suspended (propagated to the JobSet).
+    /// Whether the TrainJob is suspended (default false); propagated to the
+    /// JobSet, whose pods are deleted while suspended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = false))]
     pub suspend: Option<bool>,
@@ -85,8 +96,10 @@ pub struct TrainJobSpec {
     #[schemars(range(min = 1), extend("x-kubernetes-validations" = [cel::IMMUTABLE]))]
     pub active_deadline_seconds: Option<i64>,
 
-    /// The controller that reconciles this TrainJob; any other value than the
-    /// default makes the built-in controller skip it (immutable).
+    /// The controller that reconciles this TrainJob:
+    /// `trainer.kubeflow.org/trainjob-controller` (the default, this operator)
+    /// or `kueue.x-k8s.io/multikueue`, which this operator leaves alone
+    /// (immutable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(max = 253),
@@ -106,12 +119,13 @@ pub struct RuntimeRef {
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
 
-    /// API group of the runtime.
+    /// API group of the runtime (default `trainer.kubeflow.org`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253), extend("default" = "trainer.kubeflow.org"))]
     pub api_group: Option<String>,
 
-    /// Kind of the runtime: `TrainingRuntime` or `ClusterTrainingRuntime`.
+    /// Kind of the runtime: `TrainingRuntime` or `ClusterTrainingRuntime`
+    /// (the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253), extend("default" = "ClusterTrainingRuntime"))]
     pub kind: Option<String>,
@@ -213,7 +227,8 @@ pub struct Trainer {
     )]
     pub env: Option<Vec<EnvVar>>,
 
-    /// Number of training nodes (pods of the trainer job).
+    /// Number of training nodes (pods of the trainer job), overriding the
+    /// runtime's `mlPolicy.numNodes`; at least 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub num_nodes: Option<i32>,
@@ -222,7 +237,10 @@ pub struct Trainer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources_per_node: Option<ResourceRequirements>,
 
-    /// Processes per node: an integer (HEAD) or `auto`, `cpu`, `gpu` (v2.1).
+    /// Processes per node, overriding the runtime's value: MPI slots, Flux
+    /// tasks, PyTorch processes (`torchrun --nproc-per-node`). An integer of
+    /// at least 1; PyTorch also accepts the deprecated strings `auto`, `cpu`
+    /// and `gpu`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend(
         "x-kubernetes-validations" = [cel::NUM_PROC_PER_NODE_MIN, cel::NUM_PROC_PER_NODE_STRING]
