@@ -37,6 +37,12 @@ fn plainml() -> Value {
     docs(&root().join("manifests/plugins/plainml.yaml"), None).remove(0)
 }
 
+/// The Torch plugin as the default manifests configure it: it serves, but
+/// has no `build` phase.
+fn torch() -> Value {
+    docs(&root().join("manifests/plugins/torch.yaml"), None).remove(0)
+}
+
 /// Poll `/readyz?verbose` until `pred` holds for `(code, body)`.
 async fn readyz_until(op: &Operator, what: &str, pred: impl Fn(u16, &str) -> bool) -> String {
     let start = Instant::now();
@@ -72,6 +78,8 @@ async fn no_serving_plugins_is_not_ready_and_trainjobs_wait_for_them() {
     }
     apply(&client, &refused_jobset()).await;
     apply(&client, &plainml()).await;
+    // The runtime's `mlPolicy.torch` needs a serving plugin declaring it.
+    apply(&client, &torch()).await;
 
     // Not ready, and the verbose report says why.
     let op = Operator::start(env, "operator-no-plugins", &["--resync-seconds", "30"]);
@@ -89,7 +97,7 @@ async fn no_serving_plugins_is_not_ready_and_trainjobs_wait_for_them() {
             && plugins_line.contains(
                 "ClusterTrainerPlugins not serving: jobset (DigestMismatch: expected sha256 0000"
             )
-            && plugins_line.contains("serving without a build phase: plainml"),
+            && plugins_line.contains("serving without a build phase: plainml, torch"),
         "{body}"
     );
     assert!(body.ends_with("readyz check failed\n"), "{body}");
@@ -126,11 +134,22 @@ async fn no_serving_plugins_is_not_ready_and_trainjobs_wait_for_them() {
         message.contains("jobset (DigestMismatch") && message.contains("plainml"),
         "{message}"
     );
-    let conditions = waiting["status"]["conditions"].as_array().unwrap();
+    let types: Vec<&str> = waiting["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["type"].as_str())
+        .collect();
     assert_eq!(
-        conditions.len(),
-        1,
-        "only the extension condition: {conditions:?}"
+        types,
+        ["PluginsReady", "Blocked"],
+        "only the extension conditions"
+    );
+    let blocked = condition(&waiting, "Blocked").unwrap();
+    assert_eq!(
+        (&blocked["status"], &blocked["reason"]),
+        (&json!("True"), &json!("NoServingPlugins")),
+        "{blocked}"
     );
     let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
     let ev = eventually("NoServingPlugins Event", TIMEOUT, || async {
@@ -212,7 +231,7 @@ async fn no_serving_plugins_is_not_ready_and_trainjobs_wait_for_them() {
     assert_eq!(types, ["Complete"], "upstream's status, nothing else");
 
     // Every plugin removed: not ready again, and why.
-    for p in ["jobset", "plainml"] {
+    for p in ["jobset", "plainml", "torch"] {
         delete(&client, CTP, "ClusterTrainerPlugin", None, p).await;
     }
     let body = readyz_until(&op, "plugins failing again", |code, body| {

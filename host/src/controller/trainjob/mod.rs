@@ -9,14 +9,17 @@
 //!    every object ([`apply`]; manager `trainer`, force; unchanged objects
 //!    are not written);
 //! 4. conditions (`Suspended`, the status plugin's `Complete`/`Failed` and
-//!    `jobsStatus`, the active deadline, `PluginsReady` — [`conditions`])
-//!    written through the status subresource only when they changed;
+//!    `jobsStatus`, the active deadline, `Failed/InvalidTrainJob`, and the
+//!    extensions `PluginsReady`, `Blocked`, `RuntimePatchesIgnored` —
+//!    [`conditions`]) written through the status subresource only when they
+//!    changed;
 //! 5. Events for the important transitions ([`events`]).
 //!
 //! Child objects of every kind the plugins declared are watched
 //! ([`objects`]) and map back to their controlling TrainJob. A TrainJob
-//! that found no plugin set able to serve it is reconciled again as soon as
-//! the set in service changes to one that can.
+//! that found no plugin set able to serve it, or no serving plugin for a
+//! policy of its runtime, is reconciled again as soon as the set in service
+//! changes to one that can serve.
 
 pub mod apply;
 pub mod conditions;
@@ -48,7 +51,7 @@ use crate::plugin::PluginSet;
 
 pub use objects::ObjectCache;
 pub use reconcile::ReconcileError;
-pub use serving::NotServing;
+pub use serving::{Degraded, NotServing};
 
 /// The controller's name (metrics label, logs).
 pub const CONTROLLER_NAME: &str = "trainjob_controller";
@@ -65,6 +68,12 @@ pub trait Plugins: Send + Sync {
     /// TrainJobs, naming the configured plugins that are not serving;
     /// `None` when it can ([`serving::can_serve`]).
     fn not_serving(&self, set: &PluginSet) -> Option<NotServing>;
+
+    /// The configured plugins that are not serving now, and why; `None`
+    /// when every configured plugin serves (a fixed set always does).
+    fn degraded(&self) -> Option<serving::Degraded> {
+        None
+    }
 
     /// A receiver that changes whenever the set in service changes; `None`
     /// when the set never changes.
@@ -256,7 +265,7 @@ async fn prune_periodically(
 
 fn error_policy(job: Arc<TrainJob>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     let mut wait = ctx.backoff(&job);
-    if let ReconcileError::NoServingPlugins(_) = error {
+    if error.waits_for_plugins() {
         // Registered before looking at the set again, so a swap between the
         // reconcile and now is never missed.
         ctx.wait_for_plugins(&job);
