@@ -141,6 +141,10 @@ pub struct Context {
     /// TrainJobs whose last reconcile found no plugin set able to serve
     /// them: reconciled again when the set changes to one that can.
     waiting: Mutex<HashSet<ObjectRef<TrainJob>>>,
+    /// Per TrainJob, the `runtimePatches` hash whose ignored edit was last
+    /// reported by an Event: a reconcile that reads a status older than
+    /// its own last write does not report the same edit twice.
+    patches_reported: Mutex<HashMap<ObjectRef<TrainJob>, String>>,
     /// Tunables.
     pub settings: Settings,
 }
@@ -171,6 +175,7 @@ impl Context {
             memo: apply::AppliedMemo::default(),
             failures: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashSet::new()),
+            patches_reported: Mutex::new(HashMap::new()),
             settings,
         }
     }
@@ -215,6 +220,22 @@ impl Context {
             .unwrap_or_default()
     }
 
+    /// Whether the ignored `runtimePatches` edit hashing to `hash` still
+    /// needs its Event for `job` (then it is remembered as reported).
+    fn report_patches_once(&self, job: &TrainJob, hash: &str) -> bool {
+        self.patches_reported.lock().is_ok_and(|mut m| {
+            m.insert(ObjectRef::from_obj(job), hash.to_owned())
+                .is_none_or(|previous| previous != hash)
+        })
+    }
+
+    /// Forget the reported edit of `job` (its patches no longer diverge).
+    fn patches_agree(&self, job: &TrainJob) {
+        if let Ok(mut m) = self.patches_reported.lock() {
+            m.remove(&ObjectRef::from_obj(job));
+        }
+    }
+
     /// Whether the set in service can serve TrainJobs now.
     fn plugins_can_serve(&self) -> bool {
         self.plugins.not_serving(&self.plugins.current()).is_none()
@@ -234,6 +255,9 @@ impl Context {
         });
         if let Ok(mut w) = self.waiting.lock() {
             w.retain(|r| trainjob_exists(r));
+        }
+        if let Ok(mut m) = self.patches_reported.lock() {
+            m.retain(|r, _| trainjob_exists(r));
         }
         let remembered = self.memo.len();
         self.metrics.set_remembered(remembered);
@@ -502,6 +526,23 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_ignored_patches_edit_is_reported_once() {
+        let (ctx, _switch) = context();
+        let (a, b) = (job("a"), job("b"));
+        assert!(ctx.report_patches_once(&a, "h1"));
+        assert!(!ctx.report_patches_once(&a, "h1"), "the same edit again");
+        assert!(ctx.report_patches_once(&b, "h1"), "per TrainJob");
+        assert!(ctx.report_patches_once(&a, "h2"), "a new edit");
+        ctx.patches_agree(&a);
+        assert!(ctx.report_patches_once(&a, "h2"), "diverging again");
+        ctx.prune(|r| r.name == "a");
+        assert!(
+            ctx.report_patches_once(&b, "h1"),
+            "pruned with its TrainJob"
+        );
     }
 
     #[tokio::test]

@@ -485,7 +485,12 @@ impl Reconcile<'_> {
         conditions::apply_suspend(&mut status, suspended, &now);
         let remembered = conditions::deadline_exceeded(&old);
         let mut retry_soon = false;
-        if let Some(r) = &resolved {
+        // An invalid job was never built: there is no status to read (and
+        // its runtime info cannot be built).
+        let invalid = matches!(build_stuck, Some(Stuck::Invalid(_)))
+            || conditions::find(&old, CONDITION_FAILED)
+                .is_some_and(|c| c.reason == conditions::REASON_INVALID_TRAINJOB);
+        if let (Some(r), false) = (&resolved, invalid) {
             match self.plugin_status(r, &status, info, plugins).await {
                 Ok(PluginStatus::New(s)) => status = s,
                 Ok(PluginStatus::Unchanged) => {}
@@ -570,9 +575,14 @@ impl Reconcile<'_> {
                     self.publish(warning, &reason, note).await;
                 }
             }
-            if let Some(note) = patches_event {
+            if let Some(note) =
+                patches_event.filter(|_| self.ctx.report_patches_once(job, &patches_hash))
+            {
                 self.publish(true, EVENT_RUNTIME_PATCHES_IGNORED, note)
                     .await;
+            }
+            if diverged.is_none() {
+                self.ctx.patches_agree(job);
             }
         }
         if self.writes == 0 {
