@@ -37,12 +37,6 @@ fn plainml() -> Value {
     docs(&root().join("manifests/plugins/plainml.yaml"), None).remove(0)
 }
 
-/// The Torch plugin as the default manifests configure it: it serves, but
-/// has no `build` phase.
-fn torch() -> Value {
-    docs(&root().join("manifests/plugins/torch.yaml"), None).remove(0)
-}
-
 /// Poll `/readyz?verbose` until `pred` holds for `(code, body)`.
 async fn readyz_until(op: &Operator, what: &str, pred: impl Fn(u16, &str) -> bool) -> String {
     let start = Instant::now();
@@ -70,21 +64,29 @@ async fn no_serving_plugins_is_not_ready_and_trainjobs_wait_for_them() {
         return;
     };
     let client = env.client().await.unwrap();
-    for d in docs(
+    // Without its torch policy: JobSet and PlainML alone serve it (a policy
+    // needs a serving plugin that declares it).
+    for mut d in docs(
         &root().join("api/tests/fixtures/upstream/torch-distributed.yaml"),
         None,
     ) {
+        if let Some(policy) = d
+            .pointer_mut("/spec/mlPolicy")
+            .and_then(Value::as_object_mut)
+        {
+            policy.remove("torch");
+        }
         apply(&client, &d).await;
     }
     apply(&client, &refused_jobset()).await;
     apply(&client, &plainml()).await;
-    // The runtime's `mlPolicy.torch` needs a serving plugin declaring it.
-    apply(&client, &torch()).await;
 
     // Not ready, and the verbose report says why.
     let op = Operator::start(env, "operator-no-plugins", &["--resync-seconds", "30"]);
     let body = readyz_until(&op, "plugins failing, caches synced", |code, body| {
-        code == 503 && body.contains("[+]caches ok") && body.contains("[-]plugins failed:")
+        code == 503
+            && body.contains("[+]caches ok")
+            && body.contains("[-]plugins failed: no plugin set can serve")
     })
     .await;
     let plugins_line = body
@@ -97,7 +99,7 @@ async fn no_serving_plugins_is_not_ready_and_trainjobs_wait_for_them() {
             && plugins_line.contains(
                 "ClusterTrainerPlugins not serving: jobset (DigestMismatch: expected sha256 0000"
             )
-            && plugins_line.contains("serving without a build phase: plainml, torch"),
+            && plugins_line.contains("serving without a build phase: plainml"),
         "{body}"
     );
     assert!(body.ends_with("readyz check failed\n"), "{body}");
@@ -231,7 +233,7 @@ async fn no_serving_plugins_is_not_ready_and_trainjobs_wait_for_them() {
     assert_eq!(types, ["Complete"], "upstream's status, nothing else");
 
     // Every plugin removed: not ready again, and why.
-    for p in ["jobset", "plainml", "torch"] {
+    for p in ["jobset", "plainml"] {
         delete(&client, CTP, "ClusterTrainerPlugin", None, p).await;
     }
     let body = readyz_until(&op, "plugins failing again", |code, body| {
