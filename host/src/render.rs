@@ -417,6 +417,8 @@ pub fn to_yaml_stream(objects: &[Value], first: &mut bool) -> Result<String, Ren
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
     use super::*;
 
     fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
@@ -430,6 +432,39 @@ mod tests {
                 .find(|(k, _)| k == name)
                 .map(|(_, v)| OsString::from(v))
         }
+    }
+
+    #[test]
+    fn a_runtime_policy_no_plugin_serves_is_refused_with_its_key() {
+        let runtime = crate::plugin::PluginRuntime::new(RuntimeConfig::default()).unwrap();
+        let jobset = crate::plugin::builtin::all()
+            .iter()
+            .find(|b| b.crate_name == "plugin-jobset")
+            .unwrap();
+        let set = PluginSet::new(vec![runtime.load(jobset.trusted_source()).unwrap()]).unwrap();
+        let mut input = Input::new().unwrap();
+        input
+            .add_yaml(
+                "in.yaml",
+                "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\n\
+                 metadata: {name: rt}\nspec:\n  mlPolicy: {numNodes: 1, flux: {}}\n  \
+                 template: {spec: {replicatedJobs: [{name: node, template: {spec: {template: \
+                 {spec: {containers: [{name: node, image: busybox}]}}}}}]}}\n---\n\
+                 apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\n\
+                 metadata: {name: j}\nspec: {runtimeRef: {name: rt}}\n",
+                "default",
+            )
+            .unwrap();
+        let results = render(&input, &set).unwrap();
+        let [(_, result)] = results.as_slice() else {
+            panic!("one TrainJob: {results:?}");
+        };
+        let error = result.as_ref().unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "runtime policy mlPolicy.flux served by no plugin in service \
+             (plugins in service: jobset); nothing was built"
+        );
     }
 
     #[test]

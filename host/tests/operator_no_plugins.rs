@@ -64,10 +64,18 @@ async fn no_serving_plugins_is_not_ready_and_trainjobs_wait_for_them() {
         return;
     };
     let client = env.client().await.unwrap();
-    for d in docs(
+    // Without its torch policy: JobSet and PlainML alone serve it (a policy
+    // needs a serving plugin that declares it).
+    for mut d in docs(
         &root().join("api/tests/fixtures/upstream/torch-distributed.yaml"),
         None,
     ) {
+        if let Some(policy) = d
+            .pointer_mut("/spec/mlPolicy")
+            .and_then(Value::as_object_mut)
+        {
+            policy.remove("torch");
+        }
         apply(&client, &d).await;
     }
     apply(&client, &refused_jobset()).await;
@@ -76,7 +84,9 @@ async fn no_serving_plugins_is_not_ready_and_trainjobs_wait_for_them() {
     // Not ready, and the verbose report says why.
     let op = Operator::start(env, "operator-no-plugins", &["--resync-seconds", "30"]);
     let body = readyz_until(&op, "plugins failing, caches synced", |code, body| {
-        code == 503 && body.contains("[+]caches ok") && body.contains("[-]plugins failed:")
+        code == 503
+            && body.contains("[+]caches ok")
+            && body.contains("[-]plugins failed: no plugin set can serve")
     })
     .await;
     let plugins_line = body
@@ -126,11 +136,22 @@ async fn no_serving_plugins_is_not_ready_and_trainjobs_wait_for_them() {
         message.contains("jobset (DigestMismatch") && message.contains("plainml"),
         "{message}"
     );
-    let conditions = waiting["status"]["conditions"].as_array().unwrap();
+    let types: Vec<&str> = waiting["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["type"].as_str())
+        .collect();
     assert_eq!(
-        conditions.len(),
-        1,
-        "only the extension condition: {conditions:?}"
+        types,
+        ["PluginsReady", "Blocked"],
+        "only the extension conditions"
+    );
+    let blocked = condition(&waiting, "Blocked").unwrap();
+    assert_eq!(
+        (&blocked["status"], &blocked["reason"]),
+        (&json!("True"), &json!("NoServingPlugins")),
+        "{blocked}"
     );
     let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
     let ev = eventually("NoServingPlugins Event", TIMEOUT, || async {

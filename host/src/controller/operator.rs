@@ -14,7 +14,10 @@
 //! `plugins` passes exactly while the plugin set in service can serve
 //! TrainJobs (one of its plugins calls `build`), which can change at any
 //! time with the `ClusterTrainerPlugin`s. While it fails, its reason names
-//! the plugins not serving and why (`/readyz?verbose`, and the log).
+//! the plugins not serving and why (`/readyz?verbose`, and the log); while
+//! it passes with configured plugins not serving, it is degraded and names
+//! them and why (the operator stays ready: TrainJobs that do not need them
+//! are served).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -381,6 +384,7 @@ async fn follow_plugins(catalog: Arc<PluginCatalog>, check: ReadyFlag, stop: Can
     let mut open = true;
     loop {
         check.set(catalog_readiness(&catalog));
+        check.set_degraded(Plugins::degraded(catalog.as_ref()).map(|d| d.to_string()));
         tokio::select! {
             _ = stop.cancelled() => return,
             changed = swaps.changed(), if open => open = changed.is_ok(),
@@ -399,6 +403,10 @@ impl Plugins for PluginCatalog {
             return None;
         }
         serving::check_catalog(set, &self.reports())
+    }
+
+    fn degraded(&self) -> Option<serving::Degraded> {
+        serving::degraded(serving::Origin::Catalog, &self.reports())
     }
 
     fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {

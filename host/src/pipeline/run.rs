@@ -4,6 +4,7 @@
 //! defaults applied; `render` applies them with [`super::defaults`])
 //! → the runtime info ([`runtime_info_for`]: [`merge`](super::merge), then
 //! [`runtime_info`](super::info::runtime_info))
+//! → every runtime policy served by a plugin ([`unserved_policies`])
 //! → plugin `validate` (admission rules) → plugin phases
 //! → the objects to apply, in apply order, plus warnings.
 //!
@@ -126,6 +127,22 @@ pub enum PipelineError {
         /// Warnings found on the way.
         warnings: Vec<String>,
     },
+    /// The runtime selects policies (`mlPolicy.<key>`,
+    /// `podGroupPolicy.<key>`) that no plugin in the set declares in its
+    /// `policy-keys`: building without them would silently drop what they
+    /// add, so nothing is built.
+    #[error(
+        "{} {} served by no plugin in service (plugins in service: {}); nothing was built",
+        if keys.len() == 1 { "runtime policy" } else { "runtime policies" },
+        keys.join(", "),
+        if serving.is_empty() { "none".to_owned() } else { serving.join(", ") }
+    )]
+    PolicyNotServed {
+        /// The policy keys no plugin declares, sorted.
+        keys: Vec<String>,
+        /// The names of the plugins in the set.
+        serving: Vec<String>,
+    },
     /// A plugin failed (with its name and reason).
     #[error(transparent)]
     Plugin(#[from] plugin::Error),
@@ -137,6 +154,117 @@ pub enum PipelineError {
         /// Why.
         reason: String,
     },
+}
+
+impl PipelineError {
+    /// Whether the TrainJob or its runtime is at fault, so that only an
+    /// edit by the user can change the outcome (a runtime reference that
+    /// does not match, a runtime the blueprint cannot use, admission
+    /// problems). Missing plugins, plugin failures and serialisation are
+    /// not the user's: they can go away on their own.
+    pub fn is_user_error(&self) -> bool {
+        match self {
+            PipelineError::Runtime(_)
+            | PipelineError::Blueprint(_)
+            | PipelineError::Invalid { .. } => true,
+            PipelineError::PolicyNotServed { .. }
+            | PipelineError::Plugin(_)
+            | PipelineError::Serialize { .. } => false,
+        }
+    }
+}
+
+/// The runtime policies a runtime selects, as policy keys, sorted:
+/// `mlPolicy.<key>` for every key of `mlPolicy` except `numNodes` (which
+/// every runtime may set and the host itself applies), and
+/// `podGroupPolicy.<key>` for every key of `podGroupPolicy`. A key whose
+/// value is `null` selects nothing.
+pub fn required_policies(spec: &TrainingRuntimeSpec) -> Result<Vec<String>, PipelineError> {
+    let as_json = |v: Option<Value>| match v {
+        Some(Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    let serialise = |e: serde_json::Error| PipelineError::Serialize {
+        what: "runtime policies",
+        reason: e.to_string(),
+    };
+    let ml = as_json(
+        spec.ml_policy
+            .as_ref()
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(serialise)?,
+    );
+    let pg = as_json(
+        spec.pod_group_policy
+            .as_ref()
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(serialise)?,
+    );
+    let mut keys: Vec<String> = ml
+        .iter()
+        .filter(|(k, v)| k.as_str() != "numNodes" && !v.is_null())
+        .map(|(k, _)| format!("mlPolicy.{k}"))
+        .chain(
+            pg.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, _)| format!("podGroupPolicy.{k}")),
+        )
+        .collect();
+    keys.sort();
+    Ok(keys)
+}
+
+/// The policies of [`required_policies`] that no plugin of `plugins`
+/// declares in its `policy-keys`, sorted. A plugin serves exactly the keys
+/// it declares: declaring `mlPolicy` (PlainML, which runs when no
+/// framework policy is set) does not serve `mlPolicy.torch`.
+pub fn unserved_policies(
+    spec: &TrainingRuntimeSpec,
+    plugins: &PluginSet,
+) -> Result<Vec<String>, PipelineError> {
+    Ok(required_policies(spec)?
+        .into_iter()
+        .filter(|key| {
+            !plugins
+                .plugins()
+                .iter()
+                .any(|p| p.descriptor().policy_keys.iter().any(|k| k == key))
+        })
+        .collect())
+}
+
+/// Refuse a runtime whose policies are not all served by `plugins`
+/// ([`PipelineError::PolicyNotServed`]).
+pub fn check_policies_served(
+    runtime: &RuntimeObject,
+    plugins: &PluginSet,
+) -> Result<(), PipelineError> {
+    let keys = unserved_policies(runtime.spec(), plugins)?;
+    if keys.is_empty() {
+        return Ok(());
+    }
+    Err(PipelineError::PolicyNotServed {
+        keys,
+        serving: plugins
+            .plugins()
+            .iter()
+            .map(|p| p.name().to_owned())
+            .collect(),
+    })
+}
+
+/// A short, stable digest of a TrainJob's `spec.runtimePatches` (absent
+/// and empty are the same): 16 hex characters of their JSON's sha256. The
+/// controller records it on the objects it builds, so that a later edit of
+/// the patches is told apart from the patches those objects came from.
+pub fn runtime_patches_hash(job: &TrainJob) -> String {
+    let patches = job.spec.runtime_patches.as_deref().unwrap_or_default();
+    let text = serde_json::to_string(patches).unwrap_or_default();
+    let mut hex = plugin::sha256_hex(text.as_bytes());
+    hex.truncate(16);
+    hex
 }
 
 /// Admission: the warnings of a TrainJob, or every problem with it (merge
@@ -187,7 +315,8 @@ pub fn validate(
     }
 }
 
-/// Run the pipeline: validate, then every plugin phase, then put the objects
+/// Run the pipeline: check that a plugin serves every policy of the
+/// runtime ([`check_policies_served`]), validate, then every plugin phase, then put the objects
 /// (plus the runtime snapshot ConfigMap) in apply order.
 pub fn run(
     job: &TrainJob,
@@ -197,6 +326,8 @@ pub fn run(
     let name = job.metadata.name.clone().unwrap_or_default();
     let span = info_span!("pipeline", trainjob = %name, runtime = %runtime.name());
     let _guard = span.enter();
+    check_runtime_ref(job, runtime)?;
+    check_policies_served(runtime, plugins)?;
     let warnings = validate(job, None, runtime, plugins)?;
     let info = runtime_info_for(job, runtime.spec())?;
     let trainjob = serde_json::to_value(job).map_err(|e| PipelineError::Serialize {
@@ -317,4 +448,155 @@ fn to_json_string<T: serde::Serialize>(v: &T, what: &'static str) -> Result<Stri
         what,
         reason: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use super::*;
+    use crate::plugin::{PluginRuntime, RuntimeConfig, builtin};
+    use serde_json::json;
+
+    /// A set of the named builtin plugins (crate names).
+    fn builtins(names: &[&str]) -> PluginSet {
+        let runtime = PluginRuntime::new(RuntimeConfig::default()).unwrap();
+        let plugins = names
+            .iter()
+            .map(|n| {
+                let Some(b) = builtin::all().iter().find(|b| b.crate_name == *n) else {
+                    panic!("builtin {n} is not embedded");
+                };
+                runtime.load(b.trusted_source()).unwrap()
+            })
+            .collect();
+        PluginSet::new(plugins).unwrap()
+    }
+
+    fn runtime(spec: Value) -> RuntimeObject {
+        let mut rt = json!({
+            "apiVersion": API_VERSION, "kind": CLUSTER_TRAINING_RUNTIME_KIND,
+            "metadata": {"name": "rt"},
+            "spec": {"template": {"spec": {"replicatedJobs": [{"name": "node",
+                "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "busybox"}]}}}}}]}}}
+        });
+        if let (Some(s), Value::Object(extra)) = (rt["spec"].as_object_mut(), spec) {
+            s.extend(extra);
+        }
+        RuntimeObject::Cluster(serde_json::from_value(rt).unwrap())
+    }
+
+    fn job(patches: Value) -> TrainJob {
+        serde_json::from_value(json!({
+            "apiVersion": API_VERSION, "kind": TRAINJOB_KIND,
+            "metadata": {"name": "j", "namespace": "ns", "uid": "u"},
+            "spec": {"runtimeRef": {"name": "rt", "kind": CLUSTER_TRAINING_RUNTIME_KIND,
+                "apiGroup": GROUP}, "runtimePatches": patches, "trainer": {"numNodes": 1}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn every_policy_but_num_nodes_is_required() {
+        let rt = runtime(json!({
+            "mlPolicy": {"numNodes": 2, "torch": {}, "future": {"x": 1}, "gone": null},
+            "podGroupPolicy": {"volcano": {}, "coscheduling": {"scheduleTimeoutSeconds": 5}}
+        }));
+        assert_eq!(
+            required_policies(rt.spec()).unwrap(),
+            [
+                "mlPolicy.future",
+                "mlPolicy.torch",
+                "podGroupPolicy.coscheduling",
+                "podGroupPolicy.volcano"
+            ]
+        );
+        assert!(
+            required_policies(runtime(json!({"mlPolicy": {"numNodes": 1}})).spec())
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            required_policies(runtime(json!({})).spec())
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_policy_no_plugin_declares_stops_the_pipeline() {
+        let torchless = builtins(&["plugin-jobset", "plugin-plainml"]);
+        let rt = runtime(json!({"mlPolicy": {"numNodes": 1, "torch": {}}}));
+        assert_eq!(
+            unserved_policies(rt.spec(), &torchless).unwrap(),
+            ["mlPolicy.torch"],
+            "PlainML's `mlPolicy` does not serve `mlPolicy.torch`"
+        );
+        let err = run(&job(Value::Null), &rt, &torchless).unwrap_err();
+        assert!(
+            matches!(&err, PipelineError::PolicyNotServed { keys, .. } if keys == &["mlPolicy.torch"]),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "runtime policy mlPolicy.torch served by no plugin in service \
+             (plugins in service: jobset, plainml); nothing was built"
+        );
+        assert!(!err.is_user_error(), "a plugin can come back");
+
+        let with_torch = builtins(&["plugin-jobset", "plugin-plainml", "plugin-torch"]);
+        let rendered = run(&job(Value::Null), &rt, &with_torch).unwrap();
+        let jobset = rendered
+            .objects
+            .iter()
+            .find(|o| o["kind"] == "JobSet")
+            .unwrap();
+        let env = jobset
+            .pointer("/spec/replicatedJobs/0/template/spec/template/spec/containers/0/env")
+            .unwrap()
+            .to_string();
+        assert!(env.contains("PET_NNODES"), "{env}");
+
+        // Nothing is required of a runtime without policies.
+        let plain = runtime(json!({"mlPolicy": {"numNodes": 1}}));
+        assert!(run(&job(Value::Null), &plain, &torchless).is_ok());
+    }
+
+    #[test]
+    fn user_errors_are_told_from_the_rest() {
+        assert!(PipelineError::Runtime("x".into()).is_user_error());
+        assert!(
+            PipelineError::Invalid {
+                problems: Vec::new(),
+                warnings: Vec::new()
+            }
+            .is_user_error()
+        );
+        assert!(
+            !PipelineError::Serialize {
+                what: "x",
+                reason: "y".into()
+            }
+            .is_user_error()
+        );
+    }
+
+    #[test]
+    fn the_patches_hash_follows_the_patches_only() {
+        let none = runtime_patches_hash(&job(Value::Null));
+        assert_eq!(none, runtime_patches_hash(&job(json!([]))));
+        assert_eq!(none.len(), 16);
+        let a = json!([{"manager": "u", "time": "2026-01-01T00:00:00Z",
+            "trainingRuntimeSpec": {"template": {"metadata": {"labels": {"a": "1"}}}}}]);
+        let b = json!([{"manager": "u", "time": "2026-01-01T00:00:00Z",
+            "trainingRuntimeSpec": {"template": {"metadata": {"labels": {"a": "2"}}}}}]);
+        let ha = runtime_patches_hash(&job(a.clone()));
+        assert_ne!(ha, none);
+        assert_ne!(ha, runtime_patches_hash(&job(b)));
+        let mut other = job(a);
+        other.spec.suspend = Some(true);
+        other.metadata.name = Some("k".into());
+        assert_eq!(runtime_patches_hash(&other), ha);
+    }
 }

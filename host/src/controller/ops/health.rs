@@ -8,6 +8,12 @@
 //!   registration order, `[+]<name> ok` or `[-]<name> failed: <reason>`,
 //!   then `readyz check passed` or `readyz check failed` (the layout
 //!   kube-apiserver uses for its own `/readyz?verbose`).
+//! - A check can pass *degraded* ([`ReadyFlag::set_degraded`]): the
+//!   operator is ready, but something it was configured with is missing
+//!   (e.g. a `ClusterTrainerPlugin` that does not serve, so TrainJobs whose
+//!   runtime needs it wait). The code stays 200; the verbose line reads
+//!   `[+]<name> ok, degraded: <note>` and the plain body
+//!   `ok (degraded: <name>: <note>)`, so the degradation is never silent.
 //! - `/metrics`: [`Metrics::encode`] as OpenMetrics text.
 //!
 //! A check that changes state (or, while failing, its reason) logs it:
@@ -70,6 +76,8 @@ pub struct ReadyFlag {
     name: Arc<str>,
     /// `None` while the check passes; the reason while it fails.
     failing: Arc<Mutex<Option<String>>>,
+    /// What is degraded while the check passes (`None`: nothing).
+    degraded: Arc<Mutex<Option<String>>>,
 }
 
 /// The state of one check, as `/readyz?verbose` lists it.
@@ -79,6 +87,8 @@ pub struct CheckState {
     pub name: String,
     /// `None` when the check passes; why it fails otherwise.
     pub failing: Option<String>,
+    /// What is degraded (shown only while the check passes).
+    pub degraded: Option<String>,
 }
 
 impl ReadyFlag {
@@ -117,6 +127,29 @@ impl ReadyFlag {
     pub fn reason(&self) -> Option<String> {
         self.state().clone()
     }
+
+    /// Record what is degraded (one line; `None`: nothing). A change is
+    /// logged: a new degradation at `warn`, its end at `info`.
+    pub fn set_degraded(&self, note: Option<String>) {
+        let new = note.map(|n| one_line(&n));
+        let mut current = self.degraded.lock().unwrap_or_else(PoisonError::into_inner);
+        if *current == new {
+            return;
+        }
+        match &new {
+            None => tracing::info!(check = %self.name, "readiness check no longer degraded"),
+            Some(note) => tracing::warn!(check = %self.name, %note, "readiness check degraded"),
+        }
+        *current = new;
+    }
+
+    /// What is degraded (`None`: nothing).
+    pub fn degradation(&self) -> Option<String> {
+        self.degraded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// `text` with every line break replaced by a space.
@@ -149,6 +182,7 @@ impl Readiness {
         let flag = ReadyFlag {
             name: Arc::from(name),
             failing: Arc::new(Mutex::new(Some(one_line(reason)))),
+            degraded: Arc::new(Mutex::new(None)),
         };
         checks.push(flag.clone());
         flag
@@ -161,6 +195,7 @@ impl Readiness {
             .map(|c| CheckState {
                 name: c.name.to_string(),
                 failing: c.reason(),
+                degraded: c.degradation(),
             })
             .collect()
     }
@@ -179,9 +214,10 @@ impl Readiness {
 pub fn verbose_report(checks: &[CheckState]) -> String {
     let mut out = String::new();
     for c in checks {
-        match &c.failing {
-            None => out.push_str(&format!("[+]{} ok\n", c.name)),
-            Some(reason) => out.push_str(&format!("[-]{} failed: {reason}\n", c.name)),
+        match (&c.failing, &c.degraded) {
+            (None, None) => out.push_str(&format!("[+]{} ok\n", c.name)),
+            (None, Some(note)) => out.push_str(&format!("[+]{} ok, degraded: {note}\n", c.name)),
+            (Some(reason), _) => out.push_str(&format!("[-]{} failed: {reason}\n", c.name)),
         }
     }
     if checks.iter().all(|c| c.failing.is_none()) {
@@ -236,7 +272,15 @@ async fn readyz(State(state): State<AppState>, RawQuery(query): RawQuery) -> (St
         .map(|c| c.name.as_str())
         .collect();
     if failing.is_empty() {
-        (code, "ok".to_owned())
+        let degraded: Vec<String> = checks
+            .iter()
+            .filter_map(|c| Some(format!("{}: {}", c.name, c.degraded.as_ref()?)))
+            .collect();
+        if degraded.is_empty() {
+            (code, "ok".to_owned())
+        } else {
+            (code, format!("ok (degraded: {})", degraded.join("; ")))
+        }
     } else {
         (code, format!("not ready: {}", failing.join(", ")))
     }
@@ -418,6 +462,39 @@ mod tests {
                 .starts_with("[-]plugins failed: no plugin in service calls build\n"),
         );
 
+        // Passing but degraded: still ready, and the body says what.
+        plugins.set_ready();
+        plugins.set_degraded(Some(
+            "ClusterTrainerPlugins not serving:\ntorch (NotFound: gone)".into(),
+        ));
+        let r = http.get(url("/readyz")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.text().await.unwrap(),
+            "ok (degraded: plugins: ClusterTrainerPlugins not serving: torch (NotFound: gone))"
+        );
+        let r = http.get(url("/readyz?verbose")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.text().await.unwrap(),
+            "[+]plugins ok, degraded: ClusterTrainerPlugins not serving: torch (NotFound: gone)\n\
+             [+]caches ok\nreadyz check passed\n"
+        );
+        // A failing check shows its failure, not the degradation.
+        plugins.set_not_ready("no plugin in service calls build");
+        let r = http.get(url("/readyz?verbose")).send().await.unwrap();
+        assert_eq!(r.status(), 503);
+        assert!(
+            r.text()
+                .await
+                .unwrap()
+                .starts_with("[-]plugins failed: no plugin in service calls build\n")
+        );
+        plugins.set_ready();
+        plugins.set_degraded(None);
+        let r = http.get(url("/readyz")).send().await.unwrap();
+        assert_eq!(r.text().await.unwrap(), "ok");
+
         metrics.noop_resync();
         let r = http.get(url("/metrics")).send().await.unwrap();
         assert_eq!(r.status(), 200);
@@ -494,7 +571,8 @@ mod tests {
             r.checks(),
             [CheckState {
                 name: "plugins".into(),
-                failing: Some("none serves".into())
+                failing: Some("none serves".into()),
+                degraded: None,
             }]
         );
         assert_eq!(r.failing(), ["plugins"]);

@@ -7,10 +7,27 @@
 //! only when `status` changes; reason, message and observedGeneration are
 //! always updated.
 //!
-//! `PluginsReady` is the one condition type beyond upstream's three: it is
-//! present, `False` with reason `NoServingPlugins`, only while no plugin set
-//! can serve the TrainJob, and removed as soon as one can, so the status of
-//! a healthy TrainJob is exactly upstream's.
+//! Beyond upstream's three condition types, Trainforge adds three, each
+//! present only while its cause lasts, so the status of a healthy TrainJob
+//! is exactly upstream's:
+//!
+//! - `PluginsReady=False`: the plugins the TrainJob needs are not serving —
+//!   reason `NoServingPlugins` (no plugin set can serve any TrainJob) or
+//!   `PolicyNotServed` (a policy of its runtime is declared by no serving
+//!   plugin);
+//! - `Blocked=True`: the TrainJob's objects cannot be built or applied for
+//!   a cause that can go away without an edit of the TrainJob (a runtime
+//!   not found, plugins not serving, a plugin failing, an object the API
+//!   server refuses); it shows in `kubectl get trainjobs` as the state, and
+//!   keeps the job non-terminal for the Kubeflow SDK;
+//! - `RuntimePatchesIgnored=True`: `spec.runtimePatches` changed while the
+//!   job was running (not suspended), so the change is not applied.
+//!
+//! A TrainJob that cannot be built because it (or its runtime) is invalid
+//! — the plugins' admission rules refuse it, or its overrides do not fit
+//! the runtime — and that was never built gets upstream's terminal
+//! `Failed=True`, reason `InvalidTrainJob`: the SDK then reports it
+//! `Failed` at once, as upstream's admission would have refused it.
 
 use std::fmt;
 use std::time::Duration;
@@ -27,8 +44,35 @@ use trainforge_api::trainer::v1alpha1::constants::{
 /// Condition type of the extension: `False` while no plugin set can serve
 /// the TrainJob, absent otherwise.
 pub const CONDITION_PLUGINS_READY: &str = "PluginsReady";
-/// Reason of `PluginsReady=False`.
+/// Reason of `PluginsReady=False` (and `Blocked=True`) while no plugin set
+/// can serve TrainJobs.
 pub const REASON_NO_SERVING_PLUGINS: &str = "NoServingPlugins";
+/// Reason of `PluginsReady=False` (and `Blocked=True`) while a policy of the
+/// TrainJob's runtime is declared by no serving plugin.
+pub const REASON_POLICY_NOT_SERVED: &str = "PolicyNotServed";
+/// Condition type of the extension: `True` while the TrainJob's objects
+/// cannot be built or applied for a cause that can go away, absent
+/// otherwise.
+pub const CONDITION_BLOCKED: &str = "Blocked";
+/// `Blocked` reason: the referenced runtime does not exist (yet).
+pub const REASON_RUNTIME_NOT_FOUND: &str = "TrainingRuntimeNotFound";
+/// `Blocked` reason: the runtime snapshot exists but cannot be used.
+pub const REASON_INVALID_SNAPSHOT: &str = "InvalidRuntimeSnapshot";
+/// `Blocked` reason: a plugin failed while building.
+pub const REASON_PLUGIN_FAILED: &str = "PluginFailed";
+/// `Blocked` reason: a TrainJob built before is now refused by the
+/// pipeline (its running objects are left as they are).
+pub const REASON_BUILD_REFUSED: &str = "BuildRefused";
+/// `Blocked` reason: the API server refused an object.
+pub const REASON_APPLY_FAILED: &str = "ApplyFailed";
+/// `Failed` reason: the TrainJob (or its runtime) is invalid and was never
+/// built.
+pub const REASON_INVALID_TRAINJOB: &str = "InvalidTrainJob";
+/// Condition type of the extension: `True` while `spec.runtimePatches`
+/// differs from the patches the running objects were built from.
+pub const CONDITION_RUNTIME_PATCHES_IGNORED: &str = "RuntimePatchesIgnored";
+/// Reason of `RuntimePatchesIgnored=True` (and of its Warning Event).
+pub const REASON_RUNTIME_PATCHES_CHANGED: &str = "RuntimePatchesChangedWhileRunning";
 /// The longest `PluginsReady` message kept, in characters.
 const MESSAGE_LIMIT: usize = 4096;
 
@@ -229,20 +273,73 @@ pub fn apply_suspend(status: &mut TrainJobStatus, suspend: bool, now: &Time) {
 /// serve), `PluginsReady=False/NoServingPlugins` with that message (cut at
 /// 4096 characters); without, no `PluginsReady` condition at all.
 pub fn set_plugins_ready(status: &mut TrainJobStatus, problem: Option<&str>, now: &Time) {
-    match problem {
-        Some(message) => {
+    set_plugins_problem(status, problem.map(|m| (REASON_NO_SERVING_PLUGINS, m)), now);
+}
+
+/// The `PluginsReady` extension with any reason: with `(reason, message)`,
+/// `PluginsReady=False` with them (the message cut at 4096 characters);
+/// without, no `PluginsReady` condition at all.
+pub fn set_plugins_problem(status: &mut TrainJobStatus, problem: Option<(&str, &str)>, now: &Time) {
+    set_or_remove(
+        status,
+        CONDITION_PLUGINS_READY,
+        ConditionStatus::False,
+        problem,
+        now,
+    );
+}
+
+/// The `Blocked` extension: with `(reason, message)`, `Blocked=True` with
+/// them (the message cut at 4096 characters); without, no `Blocked`
+/// condition at all.
+pub fn set_blocked(status: &mut TrainJobStatus, cause: Option<(&str, &str)>, now: &Time) {
+    set_or_remove(status, CONDITION_BLOCKED, ConditionStatus::True, cause, now);
+}
+
+/// The `RuntimePatchesIgnored` extension: with a message,
+/// `RuntimePatchesIgnored=True/RuntimePatchesChangedWhileRunning`; without,
+/// no such condition.
+pub fn set_runtime_patches_ignored(status: &mut TrainJobStatus, message: Option<&str>, now: &Time) {
+    set_or_remove(
+        status,
+        CONDITION_RUNTIME_PATCHES_IGNORED,
+        ConditionStatus::True,
+        message.map(|m| (REASON_RUNTIME_PATCHES_CHANGED, m)),
+        now,
+    );
+}
+
+/// Mark the job failed because it (or its runtime) is invalid: upstream's
+/// terminal `Failed=True`, reason `InvalidTrainJob`, the message cut at
+/// 4096 characters.
+pub fn fail_invalid(status: &mut TrainJobStatus, message: &str, now: &Time) {
+    let message: String = message.chars().take(MESSAGE_LIMIT).collect();
+    set(
+        status,
+        CONDITION_FAILED,
+        ConditionStatus::True,
+        REASON_INVALID_TRAINJOB,
+        &message,
+        now,
+    );
+}
+
+/// Set `kind` to `state` with `(reason, message)` (the message cut at 4096
+/// characters), or remove it when there is none.
+fn set_or_remove(
+    status: &mut TrainJobStatus,
+    kind: &str,
+    state: ConditionStatus,
+    cause: Option<(&str, &str)>,
+    now: &Time,
+) {
+    match cause {
+        Some((reason, message)) => {
             let message: String = message.chars().take(MESSAGE_LIMIT).collect();
-            set(
-                status,
-                CONDITION_PLUGINS_READY,
-                ConditionStatus::False,
-                REASON_NO_SERVING_PLUGINS,
-                &message,
-                now,
-            );
+            set(status, kind, state, reason, &message, now);
         }
         None => {
-            remove(status, CONDITION_PLUGINS_READY);
+            remove(status, kind);
         }
     }
 }
@@ -500,6 +597,52 @@ mod tests {
         );
         set_plugins_ready(&mut fresh, None, &now);
         assert!(is_empty(&fresh));
+    }
+
+    #[test]
+    fn the_extensions_come_and_go_with_their_cause() {
+        let now = t("2026-01-01T00:00:00Z");
+        let mut s = TrainJobStatus::default();
+        set_blocked(
+            &mut s,
+            Some((REASON_RUNTIME_NOT_FOUND, "not found ClusterTrainingRuntime")),
+            &now,
+        );
+        set_plugins_problem(
+            &mut s,
+            Some((REASON_POLICY_NOT_SERVED, "mlPolicy.torch")),
+            &now,
+        );
+        let b = find(&s, CONDITION_BLOCKED).unwrap();
+        assert_eq!(
+            (b.status.as_str(), b.reason.as_str()),
+            ("True", "TrainingRuntimeNotFound")
+        );
+        assert!(!is_finished(&s), "non-terminal");
+        let p = find(&s, CONDITION_PLUGINS_READY).unwrap();
+        assert_eq!(
+            (p.status.as_str(), p.reason.as_str()),
+            ("False", "PolicyNotServed")
+        );
+        set_blocked(&mut s, None, &now);
+        set_plugins_problem(&mut s, None, &now);
+        assert!(is_empty(&s), "both gone: {s:?}");
+
+        fail_invalid(&mut s, &"m".repeat(5000), &now);
+        let f = find(&s, CONDITION_FAILED).unwrap();
+        assert_eq!(f.reason, "InvalidTrainJob");
+        assert_eq!(f.message.chars().count(), MESSAGE_LIMIT);
+        assert!(is_finished(&s), "terminal: the SDK reports Failed");
+
+        let mut r = TrainJobStatus::default();
+        set_runtime_patches_ignored(&mut r, Some("changed"), &now);
+        let c = find(&r, CONDITION_RUNTIME_PATCHES_IGNORED).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "RuntimePatchesChangedWhileRunning")
+        );
+        set_runtime_patches_ignored(&mut r, None, &now);
+        assert!(is_empty(&r));
     }
 
     #[test]

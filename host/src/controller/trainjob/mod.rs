@@ -9,14 +9,17 @@
 //!    every object ([`apply`]; manager `trainer`, force; unchanged objects
 //!    are not written);
 //! 4. conditions (`Suspended`, the status plugin's `Complete`/`Failed` and
-//!    `jobsStatus`, the active deadline, `PluginsReady` — [`conditions`])
-//!    written through the status subresource only when they changed;
+//!    `jobsStatus`, the active deadline, `Failed/InvalidTrainJob`, and the
+//!    extensions `PluginsReady`, `Blocked`, `RuntimePatchesIgnored` —
+//!    [`conditions`]) written through the status subresource only when they
+//!    changed;
 //! 5. Events for the important transitions ([`events`]).
 //!
 //! Child objects of every kind the plugins declared are watched
 //! ([`objects`]) and map back to their controlling TrainJob. A TrainJob
-//! that found no plugin set able to serve it is reconciled again as soon as
-//! the set in service changes to one that can.
+//! that found no plugin set able to serve it, or no serving plugin for a
+//! policy of its runtime, is reconciled again as soon as the set in service
+//! changes to one that can serve.
 
 pub mod apply;
 pub mod conditions;
@@ -49,7 +52,7 @@ use crate::plugin::PluginSet;
 
 pub use objects::ObjectCache;
 pub use reconcile::ReconcileError;
-pub use serving::NotServing;
+pub use serving::{Degraded, NotServing};
 
 /// The controller's name (metrics label, logs).
 pub const CONTROLLER_NAME: &str = "trainjob_controller";
@@ -66,6 +69,12 @@ pub trait Plugins: Send + Sync {
     /// TrainJobs, naming the configured plugins that are not serving;
     /// `None` when it can ([`serving::can_serve`]).
     fn not_serving(&self, set: &PluginSet) -> Option<NotServing>;
+
+    /// The configured plugins that are not serving now, and why; `None`
+    /// when every configured plugin serves (a fixed set always does).
+    fn degraded(&self) -> Option<serving::Degraded> {
+        None
+    }
 
     /// A receiver that changes whenever the set in service changes; `None`
     /// when the set never changes.
@@ -133,6 +142,10 @@ pub struct Context {
     /// TrainJobs whose last reconcile found no plugin set able to serve
     /// them: reconciled again when the set changes to one that can.
     waiting: Mutex<HashSet<ObjectRef<TrainJob>>>,
+    /// Per TrainJob, the `runtimePatches` hash whose ignored edit was last
+    /// reported by an Event: a reconcile that reads a status older than
+    /// its own last write does not report the same edit twice.
+    patches_reported: Mutex<HashMap<ObjectRef<TrainJob>, String>>,
     /// Tunables.
     pub settings: Settings,
 }
@@ -163,6 +176,7 @@ impl Context {
             memo: apply::AppliedMemo::default(),
             failures: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashSet::new()),
+            patches_reported: Mutex::new(HashMap::new()),
             settings,
         }
     }
@@ -207,6 +221,22 @@ impl Context {
             .unwrap_or_default()
     }
 
+    /// Whether the ignored `runtimePatches` edit hashing to `hash` still
+    /// needs its Event for `job` (then it is remembered as reported).
+    fn report_patches_once(&self, job: &TrainJob, hash: &str) -> bool {
+        self.patches_reported.lock().is_ok_and(|mut m| {
+            m.insert(ObjectRef::from_obj(job), hash.to_owned())
+                .is_none_or(|previous| previous != hash)
+        })
+    }
+
+    /// Forget the reported edit of `job` (its patches no longer diverge).
+    fn patches_agree(&self, job: &TrainJob) {
+        if let Ok(mut m) = self.patches_reported.lock() {
+            m.remove(&ObjectRef::from_obj(job));
+        }
+    }
+
     /// Whether the set in service can serve TrainJobs now.
     fn plugins_can_serve(&self) -> bool {
         self.plugins.not_serving(&self.plugins.current()).is_none()
@@ -226,6 +256,9 @@ impl Context {
         });
         if let Ok(mut w) = self.waiting.lock() {
             w.retain(|r| trainjob_exists(r));
+        }
+        if let Ok(mut m) = self.patches_reported.lock() {
+            m.retain(|r, _| trainjob_exists(r));
         }
         let remembered = self.memo.len();
         self.metrics.set_remembered(remembered);
@@ -257,7 +290,7 @@ async fn prune_periodically(
 
 fn error_policy(job: Arc<TrainJob>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     let mut wait = ctx.backoff(&job);
-    if let ReconcileError::NoServingPlugins(_) = error {
+    if error.waits_for_plugins() {
         // Registered before looking at the set again, so a swap between the
         // reconcile and now is never missed.
         ctx.wait_for_plugins(&job);
@@ -494,6 +527,23 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_ignored_patches_edit_is_reported_once() {
+        let (ctx, _switch) = context();
+        let (a, b) = (job("a"), job("b"));
+        assert!(ctx.report_patches_once(&a, "h1"));
+        assert!(!ctx.report_patches_once(&a, "h1"), "the same edit again");
+        assert!(ctx.report_patches_once(&b, "h1"), "per TrainJob");
+        assert!(ctx.report_patches_once(&a, "h2"), "a new edit");
+        ctx.patches_agree(&a);
+        assert!(ctx.report_patches_once(&a, "h2"), "diverging again");
+        ctx.prune(|r| r.name == "a");
+        assert!(
+            ctx.report_patches_once(&b, "h1"),
+            "pruned with its TrainJob"
+        );
     }
 
     #[tokio::test]

@@ -11,10 +11,28 @@
 //!    deadline, `PluginsReady`; written as a merge patch only when changed.
 //!
 //! Build and apply run only for unfinished jobs (no `Complete=True` or
-//! `Failed=True`). A failure of steps 1–3 (other than the missing plugin
-//! set) gives upstream's Warning Event `TrainJobResourcesCreationFailed`;
-//! the status step still runs, and the reconcile returns the first failure
-//! as a [`ReconcileError`] naming its step.
+//! `Failed=True`). A failure of steps 1–3 (other than missing plugins)
+//! gives upstream's Warning Event `TrainJobResourcesCreationFailed`; the
+//! status step still runs, and the reconcile returns the first failure as
+//! a [`ReconcileError`] naming its step.
+//!
+//! What a failure of steps 1–3 means for the TrainJob ([`Stuck`]):
+//! - the TrainJob or its runtime is invalid (admission rules, overrides
+//!   that do not fit the runtime) and it was never built: terminal
+//!   `Failed=True/InvalidTrainJob`;
+//! - anything else that can go away (runtime not found, plugins not
+//!   serving, a plugin failing, an object refused; or an invalid TrainJob
+//!   that was built before): `Blocked=True` with the cause as reason, while
+//!   its JobSet is not running, removed once steps 1–3 succeed;
+//! - transient API trouble: no condition change.
+//!
+//! `spec.runtimePatches` is immutable while the job runs (upstream's
+//! admission refuses the edit): the hash of the patches a JobSet was built
+//! from is recorded on it ([`ANNOTATION_RUNTIME_PATCHES_HASH`]); while the
+//! TrainJob and its JobSet are not suspended and the TrainJob's patches
+//! hash differently, nothing is built or applied, the TrainJob gets
+//! `RuntimePatchesIgnored=True` and, once per distinct edit, a Warning
+//! Event. Edits made while suspended are applied as always.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,15 +49,18 @@ use trainforge_api::trainer::v1alpha1::constants::{
 };
 use trainforge_api::trainer::v1alpha1::{TrainJob, TrainJobStatus};
 
+use super::apply::ApplyError as ApplyStepError;
 use super::apply::{self, ApplyError, Outcome};
 use super::conditions::{self, ConditionStatus, Deadline, StatusError};
 use super::events::{self, ACTION_RECONCILING, REASON_CREATION_FAILED};
 use super::legacy;
 use super::objects::ObjectsError;
-use super::serving::NotServing;
+use super::serving::{self, NotServing};
 use super::snapshot::{self, SnapshotError};
 use super::{CONTROLLER_NAME, Context};
-use crate::pipeline::run::{PipelineError, Rendered, RuntimeObject, run as run_pipeline};
+use crate::pipeline::run::{
+    PipelineError, Rendered, RuntimeObject, run as run_pipeline, runtime_patches_hash,
+};
 use crate::plugin::{self, PluginSet};
 
 /// Why a reconcile must be retried; each variant names the step that
@@ -54,6 +75,16 @@ pub enum ReconcileError {
     /// built.
     #[error("build: no plugin set can serve TrainJobs: {0}")]
     NoServingPlugins(NotServing),
+    /// Build: a policy of the runtime is declared by no serving plugin, so
+    /// nothing was built.
+    #[error("build: {message}")]
+    PolicyNotServed {
+        /// The policy keys no serving plugin declares.
+        keys: Vec<String>,
+        /// The pipeline's refusal, then the configured plugins not serving
+        /// and why.
+        message: String,
+    },
     /// Build: the pipeline refused the TrainJob or a plugin failed.
     #[error("build: {0}")]
     Build(#[source] PipelineError),
@@ -100,6 +131,7 @@ impl ReconcileError {
         match self {
             ReconcileError::Resolve(_) => "Resolve",
             ReconcileError::NoServingPlugins(_) => "NoServingPlugins",
+            ReconcileError::PolicyNotServed { .. } => "PolicyNotServed",
             ReconcileError::Build(_) | ReconcileError::BuildTask(_) => "Build",
             ReconcileError::ApplyKind(_) | ReconcileError::Apply(_) => "Apply",
             ReconcileError::StatusInput(_)
@@ -113,8 +145,9 @@ impl ReconcileError {
 
     /// Whether this is a failure to create the TrainJob's resources
     /// (resolve, build or apply), reported as upstream's
-    /// `TrainJobResourcesCreationFailed` Event. The missing plugin set has
-    /// its own condition and Event instead.
+    /// `TrainJobResourcesCreationFailed` Event. Missing plugins (no set
+    /// that can serve, or none for a policy) have their own condition and
+    /// Event instead.
     pub fn is_creation_failure(&self) -> bool {
         matches!(
             self,
@@ -124,6 +157,137 @@ impl ReconcileError {
                 | ReconcileError::ApplyKind(_)
                 | ReconcileError::Apply(_)
         )
+    }
+
+    /// Whether the TrainJob waits for the plugin set in service to change
+    /// (no set that can serve, or no serving plugin for a policy).
+    pub fn waits_for_plugins(&self) -> bool {
+        matches!(
+            self,
+            ReconcileError::NoServingPlugins(_) | ReconcileError::PolicyNotServed { .. }
+        )
+    }
+}
+
+/// Annotation on a JobSet the controller applies: [`runtime_patches_hash`]
+/// of the TrainJob it was built from.
+pub const ANNOTATION_RUNTIME_PATCHES_HASH: &str = "trainforge.dev/runtime-patches-hash";
+
+/// Reason of the Warning Event for a `runtimePatches` edit of a running job.
+pub const EVENT_RUNTIME_PATCHES_IGNORED: &str = conditions::REASON_RUNTIME_PATCHES_CHANGED;
+
+/// What a failure of steps 1–3 says about the TrainJob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stuck {
+    /// Invalid and never built: terminal `Failed=True/InvalidTrainJob` with
+    /// this message.
+    Invalid(String),
+    /// Cannot be built or applied for now: `Blocked=True` with this reason
+    /// and message.
+    Blocked(&'static str, String),
+    /// Transient: no condition change.
+    Transient,
+}
+
+/// Whether an API status code is a refusal that retrying the same request
+/// does not change (4xx other than conflicts and throttling).
+fn is_refusal(code: u16) -> bool {
+    (400..500).contains(&code) && code != 409 && code != 429
+}
+
+/// What `error` says about the TrainJob; `built_before`: its snapshot or
+/// JobSet exists, so the pipeline accepted it once.
+pub fn stuck(error: &ReconcileError, built_before: bool) -> Stuck {
+    use conditions::*;
+    let blocked = |reason: &'static str| Stuck::Blocked(reason, error.to_string());
+    match error {
+        ReconcileError::Resolve(SnapshotError::NotFound(m)) => {
+            Stuck::Blocked(REASON_RUNTIME_NOT_FOUND, m.clone())
+        }
+        ReconcileError::Resolve(SnapshotError::Invalid(_)) => blocked(REASON_INVALID_SNAPSHOT),
+        ReconcileError::NoServingPlugins(n) => Stuck::Blocked(
+            REASON_NO_SERVING_PLUGINS,
+            format!("no plugin set can serve TrainJobs: {n}"),
+        ),
+        ReconcileError::PolicyNotServed { message, .. } => {
+            Stuck::Blocked(REASON_POLICY_NOT_SERVED, message.clone())
+        }
+        ReconcileError::Build(e) if e.is_user_error() && !built_before => {
+            Stuck::Invalid(e.to_string())
+        }
+        ReconcileError::Build(e) if e.is_user_error() => blocked(REASON_BUILD_REFUSED),
+        ReconcileError::Build(_) => blocked(REASON_PLUGIN_FAILED),
+        ReconcileError::ApplyKind(_)
+        | ReconcileError::Apply(ApplyStepError::Malformed(_) | ApplyStepError::Collision { .. }) => {
+            blocked(REASON_APPLY_FAILED)
+        }
+        ReconcileError::Apply(ApplyStepError::Api {
+            source: kube::Error::Api(s),
+            ..
+        }) if is_refusal(s.code) => blocked(REASON_APPLY_FAILED),
+        _ => Stuck::Transient,
+    }
+}
+
+/// Whether a live JobSet (as JSON) is suspended.
+fn is_suspended(jobset: &Value) -> bool {
+    jobset
+        .pointer("/spec/suspend")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// The runtime-patches hash a running JobSet was built from, when the
+/// TrainJob's patches (hashing to `current`) differ from it: only while
+/// neither the TrainJob nor the JobSet is suspended (edits made while
+/// suspended are applied), and only for a JobSet that records its hash.
+pub fn patches_divergence(
+    job_suspended: bool,
+    jobset: Option<&Value>,
+    current: &str,
+) -> Option<String> {
+    let jobset = jobset?;
+    if job_suspended || is_suspended(jobset) {
+        return None;
+    }
+    let recorded = jobset
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(ANNOTATION_RUNTIME_PATCHES_HASH))
+        .and_then(Value::as_str)?;
+    (recorded != current).then(|| recorded.to_owned())
+}
+
+/// The `RuntimePatchesIgnored` message for patches hashing to `current`
+/// on a job whose running objects were built from `recorded`.
+pub fn patches_ignored_message(recorded: &str, current: &str) -> String {
+    format!(
+        "spec.runtimePatches changed while the TrainJob is running, so the change is ignored and \
+         the running objects are left as they are (RuntimePatches can only be modified when the \
+         TrainJob is suspended): they were built from runtimePatches {recorded}, the spec now has \
+         {current}. Suspend the TrainJob to apply the change, or restore the previous runtimePatches"
+    )
+}
+
+/// Record `hash` ([`runtime_patches_hash`]) on every JobSet of `objects`.
+pub fn record_patches_hash(objects: &mut [Value], hash: &str) {
+    for o in objects
+        .iter_mut()
+        .filter(|o| o.get("kind").and_then(Value::as_str) == Some("JobSet"))
+    {
+        if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+            let annotations = meta
+                .entry("annotations")
+                .or_insert_with(|| Value::Object(serde_json::Map::new()));
+            if !annotations.is_object() {
+                *annotations = Value::Object(serde_json::Map::new());
+            }
+            if let Some(a) = annotations.as_object_mut() {
+                a.insert(
+                    ANNOTATION_RUNTIME_PATCHES_HASH.to_owned(),
+                    Value::String(hash.to_owned()),
+                );
+            }
+        }
     }
 }
 
@@ -196,6 +360,14 @@ enum PluginStatus {
     NotYet(String),
 }
 
+/// The Event note for `RuntimePatchesIgnored`, when `new` has it with a
+/// message `old` did not have: once per distinct edit, not every resync.
+fn patches_ignored_news(old: &TrainJobStatus, new: &TrainJobStatus) -> Option<String> {
+    let now = conditions::find(new, conditions::CONDITION_RUNTIME_PATCHES_IGNORED)?;
+    let before = conditions::find(old, conditions::CONDITION_RUNTIME_PATCHES_IGNORED);
+    (before.map(|c| &c.message) != Some(&now.message)).then(|| now.message.clone())
+}
+
 /// Keep the first failure; log later ones.
 fn keep_first(first: &mut Option<ReconcileError>, error: ReconcileError) {
     match first {
@@ -256,6 +428,15 @@ impl Reconcile<'_> {
         } else {
             self.ctx.plugins.not_serving(&plugins)
         };
+        let suspended = job.spec.suspend.unwrap_or(false);
+        let jobset = self.live_jobset();
+        let jobset_running = jobset.as_ref().is_some_and(|j| !is_suspended(j));
+        let patches_hash = runtime_patches_hash(job);
+        let diverged = if finished {
+            None
+        } else {
+            patches_divergence(suspended, jobset.as_ref(), &patches_hash)
+        };
         let mut failure: Option<ReconcileError> = None;
 
         // 1. Resolve.
@@ -266,15 +447,21 @@ impl Reconcile<'_> {
                 None
             }
         };
-        // 2. Build and 3. apply.
+        let built_before = jobset.is_some() || resolved.as_ref().is_some_and(|r| r.has_snapshot);
+        // 2. Build and 3. apply (nothing while runtimePatches diverge from
+        // those the running objects were built from).
         let mut info: Option<Info> = None;
         if let (false, Some(r)) = (finished, &resolved) {
-            match self
-                .build_and_apply(r, &plugins, not_serving.as_ref())
-                .await
-            {
-                Ok(i) => info = Some(i),
-                Err(e) => failure = Some(e),
+            if let Some(recorded) = &diverged {
+                warn!(%recorded, current = %patches_hash, "spec.runtimePatches changed while running: ignored, nothing built");
+            } else {
+                match self
+                    .build_and_apply(r, &plugins, not_serving.as_ref(), &patches_hash)
+                    .await
+                {
+                    Ok(i) => info = Some(i),
+                    Err(e) => failure = Some(e),
+                }
             }
         }
         if let Some(e) = failure.as_ref().filter(|e| e.is_creation_failure()) {
@@ -286,16 +473,34 @@ impl Reconcile<'_> {
             )
             .await;
         }
-        if let Some(ReconcileError::NoServingPlugins(n)) = &failure {
-            warn!(reason = %n, "no plugin set can serve TrainJobs: nothing built");
+        match &failure {
+            Some(ReconcileError::NoServingPlugins(n)) => {
+                warn!(reason = %n, "no plugin set can serve TrainJobs: nothing built");
+            }
+            Some(ReconcileError::PolicyNotServed { keys, message }) => {
+                warn!(?keys, %message, "a runtime policy is served by no plugin: nothing built");
+            }
+            _ => {}
         }
+        // What steps 1–3 say about the job, before the status step adds
+        // failures of its own.
+        let build_stuck = failure.as_ref().map(|e| stuck(e, built_before));
+        let policy_problem = match &failure {
+            Some(ReconcileError::PolicyNotServed { message, .. }) => Some(message.clone()),
+            _ => None,
+        };
 
         // 4. Status: Suspended, then the status plugin (it starts from the
-        // status so far), the remembered deadline, the plugins condition.
-        conditions::apply_suspend(&mut status, job.spec.suspend.unwrap_or(false), &now);
+        // status so far), the remembered deadline, the extensions.
+        conditions::apply_suspend(&mut status, suspended, &now);
         let remembered = conditions::deadline_exceeded(&old);
         let mut retry_soon = false;
-        if let Some(r) = &resolved {
+        // An invalid job was never built: there is no status to read (and
+        // its runtime info cannot be built).
+        let invalid = matches!(build_stuck, Some(Stuck::Invalid(_)))
+            || conditions::find(&old, CONDITION_FAILED)
+                .is_some_and(|c| c.reason == conditions::REASON_INVALID_TRAINJOB);
+        if let (Some(r), false) = (&resolved, invalid) {
             match self.plugin_status(r, &status, info, plugins).await {
                 Ok(PluginStatus::New(s)) => status = s,
                 Ok(PluginStatus::Unchanged) => {}
@@ -309,8 +514,45 @@ impl Reconcile<'_> {
         if let Some(c) = remembered {
             conditions::restore(&mut status, c);
         }
-        let problem = not_serving.as_ref().map(ToString::to_string);
-        conditions::set_plugins_ready(&mut status, problem.as_deref(), &now);
+        match (&not_serving, &policy_problem, &build_stuck) {
+            (Some(n), _, _) => {
+                let message = n.to_string();
+                conditions::set_plugins_problem(
+                    &mut status,
+                    Some((conditions::REASON_NO_SERVING_PLUGINS, &message)),
+                    &now,
+                );
+            }
+            (None, Some(message), _) => conditions::set_plugins_problem(
+                &mut status,
+                Some((conditions::REASON_POLICY_NOT_SERVED, message)),
+                &now,
+            ),
+            // Not known this time (the runtime could not be read).
+            (None, None, Some(Stuck::Transient)) => {}
+            (None, None, _) => conditions::set_plugins_problem(&mut status, None, &now),
+        }
+        if !finished {
+            match &build_stuck {
+                Some(Stuck::Invalid(message)) => {
+                    conditions::fail_invalid(&mut status, message, &now);
+                    conditions::set_blocked(&mut status, None, &now);
+                }
+                Some(Stuck::Blocked(reason, message)) if !jobset_running => {
+                    conditions::set_blocked(&mut status, Some((reason, message)), &now);
+                }
+                Some(Stuck::Transient) => {}
+                Some(Stuck::Blocked(..)) | None => {
+                    conditions::set_blocked(&mut status, None, &now);
+                }
+            }
+            let ignored = diverged
+                .as_deref()
+                .map(|recorded| patches_ignored_message(recorded, &patches_hash));
+            conditions::set_runtime_patches_ignored(&mut status, ignored.as_deref(), &now);
+        } else {
+            conditions::set_blocked(&mut status, None, &now);
+        }
 
         // The active deadline.
         let created = job.metadata.creation_timestamp.as_ref().map(|t| t.0);
@@ -334,6 +576,7 @@ impl Reconcile<'_> {
         }
 
         let transitions = conditions::transitions(&old, &status);
+        let patches_event = patches_ignored_news(&old, &status);
         if let Err(e) = self.write_status(&old, &status).await {
             keep_first(&mut failure, e);
         } else {
@@ -341,6 +584,15 @@ impl Reconcile<'_> {
                 if let Some((warning, reason, note)) = events::for_transition(t) {
                     self.publish(warning, &reason, note).await;
                 }
+            }
+            if let Some(note) =
+                patches_event.filter(|_| self.ctx.report_patches_once(job, &patches_hash))
+            {
+                self.publish(true, EVENT_RUNTIME_PATCHES_IGNORED, note)
+                    .await;
+            }
+            if diverged.is_none() {
+                self.ctx.patches_agree(job);
             }
         }
         if self.writes == 0 {
@@ -391,20 +643,31 @@ impl Reconcile<'_> {
         })
     }
 
-    /// Steps 2 and 3; the info the plugin phases produced.
+    /// The TrainJob's JobSet from the watch cache, as JSON.
+    fn live_jobset(&self) -> Option<Value> {
+        self.ctx
+            .objects
+            .live(&jobset_kind(), self.ns, self.name)
+            .and_then(|o| serde_json::to_value(o.as_ref()).ok())
+    }
+
+    /// Steps 2 and 3; the info the plugin phases produced. Every JobSet
+    /// applied records `patches_hash`.
     async fn build_and_apply(
         &mut self,
         resolved: &Resolved,
         plugins: &Arc<PluginSet>,
         not_serving: Option<&NotServing>,
+        patches_hash: &str,
     ) -> Result<Info, ReconcileError> {
         if let Some(n) = not_serving {
             return Err(ReconcileError::NoServingPlugins(n.clone()));
         }
-        let rendered = self.build(&resolved.runtime, plugins).await?;
+        let mut rendered = self.build(&resolved.runtime, plugins).await?;
         for w in &rendered.warnings {
             info!(warning = %w, "TrainJob warning");
         }
+        record_patches_hash(&mut rendered.objects, patches_hash);
         self.apply(&rendered.objects, resolved.has_snapshot).await?;
         Ok(rendered.info)
     }
@@ -416,10 +679,19 @@ impl Reconcile<'_> {
         plugins: &Arc<PluginSet>,
     ) -> Result<Rendered, ReconcileError> {
         let (job, runtime, plugins) = (self.job.clone(), runtime.clone(), plugins.clone());
-        tokio::task::spawn_blocking(move || run_pipeline(&job, &runtime, &plugins))
+        let rendered = tokio::task::spawn_blocking(move || run_pipeline(&job, &runtime, &plugins))
             .await
-            .map_err(ReconcileError::BuildTask)?
-            .map_err(ReconcileError::Build)
+            .map_err(ReconcileError::BuildTask)?;
+        rendered.map_err(|e| match e {
+            PipelineError::PolicyNotServed { ref keys, .. } => ReconcileError::PolicyNotServed {
+                keys: keys.clone(),
+                message: serving::policy_message(
+                    &e.to_string(),
+                    self.ctx.plugins.degraded().as_ref(),
+                ),
+            },
+            e => ReconcileError::Build(e),
+        })
     }
 
     /// Step 3: apply every object in order, stopping at the first error.
@@ -593,7 +865,7 @@ impl Reconcile<'_> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::panic)]
 
     use super::*;
     use crate::controller::trainjob::serving::{Absent, Origin};
@@ -666,6 +938,180 @@ mod tests {
             ),
             "{invalid}"
         );
+    }
+
+    #[test]
+    fn invalid_never_built_jobs_fail_and_the_rest_is_blocked_or_transient() {
+        use crate::pipeline::run::Problem;
+        use trainforge_api::plugin::{FieldError, FieldErrorType};
+        let invalid = || {
+            ReconcileError::Build(PipelineError::Invalid {
+                problems: vec![Problem {
+                    source: "jobset".into(),
+                    error: FieldError {
+                        error_type: FieldErrorType::Invalid,
+                        field: "spec.runtimePatches[0]".into(),
+                        bad_value: None,
+                        detail: "no job nope".into(),
+                    },
+                }],
+                warnings: Vec::new(),
+            })
+        };
+        match stuck(&invalid(), false) {
+            Stuck::Invalid(m) => assert!(
+                m.contains("jobset: spec.runtimePatches[0]: no job nope"),
+                "{m}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            matches!(
+                stuck(&invalid(), true),
+                Stuck::Blocked(conditions::REASON_BUILD_REFUSED, _)
+            ),
+            "a job built before is never failed by a rebuild"
+        );
+        let missing = ReconcileError::Resolve(SnapshotError::NotFound(
+            "not found ClusterTrainingRuntime specified in TrainJob: rt".into(),
+        ));
+        assert_eq!(
+            stuck(&missing, false),
+            Stuck::Blocked(
+                conditions::REASON_RUNTIME_NOT_FOUND,
+                "not found ClusterTrainingRuntime specified in TrainJob: rt".into()
+            )
+        );
+        let policy = ReconcileError::PolicyNotServed {
+            keys: vec!["mlPolicy.torch".into()],
+            message: "runtime policy mlPolicy.torch served by no plugin".into(),
+        };
+        assert!(policy.waits_for_plugins());
+        assert!(!policy.is_creation_failure());
+        assert_eq!(policy.reason(), "PolicyNotServed");
+        assert_eq!(
+            stuck(&policy, true),
+            Stuck::Blocked(
+                conditions::REASON_POLICY_NOT_SERVED,
+                "runtime policy mlPolicy.torch served by no plugin".into()
+            )
+        );
+        assert!(matches!(
+            stuck(&ReconcileError::NoServingPlugins(not_serving()), false),
+            Stuck::Blocked(conditions::REASON_NO_SERVING_PLUGINS, m) if m.contains("jobset (DigestMismatch")
+        ));
+        let collision = ReconcileError::Apply(ApplyError::Collision {
+            kind: "JobSet".into(),
+            namespace: "n".into(),
+            name: "j".into(),
+            holder: "no controller".into(),
+        });
+        assert!(matches!(
+            stuck(&collision, false),
+            Stuck::Blocked(conditions::REASON_APPLY_FAILED, _)
+        ));
+        let api = ReconcileError::Resolve(SnapshotError::Api {
+            what: "ConfigMap n/j-runtime-snapshot".into(),
+            source: kube::Error::Api(
+                kube::core::Status::failure("etcd timeout", "InternalError")
+                    .with_code(500)
+                    .boxed(),
+            ),
+        });
+        assert_eq!(
+            stuck(&api, false),
+            Stuck::Transient,
+            "API trouble changes nothing"
+        );
+        assert!(is_refusal(422) && is_refusal(403));
+        assert!(!is_refusal(409) && !is_refusal(429) && !is_refusal(500));
+    }
+
+    #[test]
+    fn runtime_patches_diverge_only_while_running_with_a_recorded_hash() {
+        let jobset = |suspend: bool, hash: Option<&str>| {
+            let mut js =
+                serde_json::json!({"metadata": {"name": "j"}, "spec": {"suspend": suspend}});
+            if let Some(h) = hash {
+                js["metadata"]["annotations"] =
+                    serde_json::json!({ANNOTATION_RUNTIME_PATCHES_HASH: h});
+            }
+            js
+        };
+        let running = jobset(false, Some("aaaa"));
+        assert_eq!(
+            patches_divergence(false, Some(&running), "bbbb").as_deref(),
+            Some("aaaa")
+        );
+        assert_eq!(patches_divergence(false, Some(&running), "aaaa"), None);
+        assert_eq!(
+            patches_divergence(true, Some(&running), "bbbb"),
+            None,
+            "a suspended TrainJob takes the edit"
+        );
+        assert_eq!(
+            patches_divergence(false, Some(&jobset(true, Some("aaaa"))), "bbbb"),
+            None,
+            "a suspended JobSet is re-rendered (resume)"
+        );
+        assert_eq!(
+            patches_divergence(false, Some(&jobset(false, None)), "bbbb"),
+            None
+        );
+        assert_eq!(patches_divergence(false, None, "bbbb"), None);
+
+        let mut objects = vec![
+            serde_json::json!({"kind": "ConfigMap", "metadata": {"name": "c"}}),
+            serde_json::json!({"kind": "JobSet", "metadata": {"name": "j", "annotations": {"x": "1"}}}),
+        ];
+        record_patches_hash(&mut objects, "cccc");
+        assert_eq!(objects[0]["metadata"].get("annotations"), None);
+        assert_eq!(
+            objects[1]["metadata"]["annotations"],
+            serde_json::json!({"x": "1", ANNOTATION_RUNTIME_PATCHES_HASH: "cccc"})
+        );
+        assert_eq!(
+            patches_divergence(false, Some(&objects[1]), "dddd").as_deref(),
+            Some("cccc")
+        );
+    }
+
+    #[test]
+    fn the_patches_event_comes_once_per_edit() {
+        let now = conditions::now();
+        let old = TrainJobStatus::default();
+        let mut first = old.clone();
+        conditions::set_runtime_patches_ignored(
+            &mut first,
+            Some(&patches_ignored_message("aaaa", "bbbb")),
+            &now,
+        );
+        let note = patches_ignored_news(&old, &first).unwrap();
+        assert!(
+            note.contains("RuntimePatches can only be modified when the TrainJob is suspended")
+                && note.contains("aaaa")
+                && note.contains("bbbb"),
+            "{note}"
+        );
+        assert_eq!(
+            patches_ignored_news(&first, &first),
+            None,
+            "not every resync"
+        );
+        let mut second = first.clone();
+        conditions::set_runtime_patches_ignored(
+            &mut second,
+            Some(&patches_ignored_message("aaaa", "cccc")),
+            &now,
+        );
+        assert!(
+            patches_ignored_news(&first, &second).is_some(),
+            "a new edit"
+        );
+        let mut cleared = second.clone();
+        conditions::set_runtime_patches_ignored(&mut cleared, None, &now);
+        assert_eq!(patches_ignored_news(&second, &cleared), None);
+        assert!(conditions::is_empty(&cleared));
     }
 
     #[test]

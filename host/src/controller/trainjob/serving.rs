@@ -6,6 +6,14 @@
 //! a reconciled TrainJob gets the `PluginsReady=False` condition and a
 //! Warning Event instead of objects. [`NotServing`] says which configured
 //! plugins are not serving and why, in one line.
+//!
+//! A set that can serve may still lack plugins that are configured: each
+//! runtime policy needs a serving plugin that declares its key, so a
+//! TrainJob whose runtime selects a policy no serving plugin declares is
+//! not built ([`policy_message`] says which policy, and which configured
+//! plugins are not serving and why), and readiness names the configured
+//! plugins that are not serving ([`Degraded`]) while the operator stays
+//! ready.
 
 use std::fmt;
 
@@ -81,12 +89,7 @@ impl fmt::Display for NotServing {
             };
         }
         if !self.absent.is_empty() {
-            let list: Vec<String> = self
-                .absent
-                .iter()
-                .map(|a| format!("{} ({})", a.name, a.why))
-                .collect();
-            write!(f, "; {what}s not serving: {}", list.join(", "))?;
+            write!(f, "; {}", absent_list(self.origin, &self.absent))?;
         }
         if !self.without_build.is_empty() {
             write!(
@@ -97,6 +100,68 @@ impl fmt::Display for NotServing {
         }
         Ok(())
     }
+}
+
+/// Configured plugins not serving while the set in service can serve
+/// TrainJobs (those whose runtimes need them cannot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Degraded {
+    /// Where the plugins come from.
+    pub origin: Origin,
+    /// Configured plugins with no version in service, and why.
+    pub absent: Vec<Absent>,
+}
+
+/// `<what>s not serving: a (why), b (why)`.
+fn absent_list(origin: Origin, absent: &[Absent]) -> String {
+    let what = match origin {
+        Origin::Catalog => "ClusterTrainerPlugin",
+        Origin::Builtin => "builtin plugin",
+    };
+    let list: Vec<String> = absent
+        .iter()
+        .map(|a| format!("{} ({})", a.name, a.why))
+        .collect();
+    format!("{what}s not serving: {}", list.join(", "))
+}
+
+impl fmt::Display for Degraded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&absent_list(self.origin, &self.absent))
+    }
+}
+
+/// The configured plugins not serving, as [`Degraded`]; `None` when every
+/// configured plugin serves.
+pub fn degraded(origin: Origin, reports: &[PluginReport]) -> Option<Degraded> {
+    let absent = absent_of(reports);
+    (!absent.is_empty()).then_some(Degraded { origin, absent })
+}
+
+/// The condition message (and Event note) of a TrainJob whose runtime
+/// selects policies no serving plugin declares: `problem` (the pipeline's
+/// error, naming the policy keys and the plugins in service), then the
+/// configured plugins that are not serving and why, if any.
+pub fn policy_message(problem: &str, degraded: Option<&Degraded>) -> String {
+    match degraded {
+        Some(d) => format!("{problem}; {d}"),
+        None => format!("{problem}; no configured plugin is failing: configure one that serves it"),
+    }
+}
+
+/// The reports of configured plugins with no version in service, with why.
+fn absent_of(reports: &[PluginReport]) -> Vec<Absent> {
+    reports
+        .iter()
+        .filter(|r| !r.serving)
+        .map(|r| Absent {
+            name: r.name.clone(),
+            why: match &r.failure {
+                Some((reason, message)) => bounded(&format!("{reason}: {message}")),
+                None => "not loaded yet".to_owned(),
+            },
+        })
+        .collect()
 }
 
 /// `text` cut to [`WHY_LIMIT`] characters (` ...` marks a cut).
@@ -134,17 +199,7 @@ pub fn check_catalog(set: &PluginSet, reports: &[PluginReport]) -> Option<NotSer
     if can_serve(set) {
         return None;
     }
-    let absent = reports
-        .iter()
-        .filter(|r| !r.serving)
-        .map(|r| Absent {
-            name: r.name.clone(),
-            why: match &r.failure {
-                Some((reason, message)) => bounded(&format!("{reason}: {message}")),
-                None => "not loaded yet".to_owned(),
-            },
-        })
-        .collect();
+    let absent = absent_of(reports);
     let without_build = reports
         .iter()
         .filter(|r| r.serving && !r.builds)
@@ -233,6 +288,37 @@ mod tests {
              ClusterTrainerPlugins serving without a build phase: torch, volcano"
         );
         assert_eq!(n.plugins(), ["jobset", "mpi", "torch", "volcano"]);
+    }
+
+    #[test]
+    fn configured_plugins_not_serving_are_named_while_the_set_serves() {
+        let reports = [
+            report("jobset", true, true, None),
+            report(
+                "torch",
+                false,
+                false,
+                Some(("NotFound", "ConfigMap x/y not found")),
+            ),
+        ];
+        let d = degraded(Origin::Catalog, &reports).unwrap();
+        assert_eq!(
+            d.to_string(),
+            "ClusterTrainerPlugins not serving: torch (NotFound: ConfigMap x/y not found)"
+        );
+        assert_eq!(
+            policy_message(
+                "runtime policy mlPolicy.torch served by no plugin",
+                Some(&d)
+            ),
+            "runtime policy mlPolicy.torch served by no plugin; \
+             ClusterTrainerPlugins not serving: torch (NotFound: ConfigMap x/y not found)"
+        );
+        assert!(
+            policy_message("p", None).contains("no configured plugin is failing"),
+            "says that none is configured to serve it"
+        );
+        assert_eq!(degraded(Origin::Catalog, &reports[..1]), None);
     }
 
     #[test]
