@@ -25,7 +25,7 @@ use trainforge_api::trainer::v1alpha1::{
 };
 
 use crate::plugin::{self, PluginSet, ValidateInput};
-use trainforge_api::blueprint::{BlueprintError, admission_info_for, runtime_info_for};
+use trainforge_api::blueprint::{BlueprintError, admission_info_for, legacy, runtime_info_for};
 
 /// The runtime a TrainJob references, namespaced or cluster-scoped.
 #[derive(Clone, Debug)]
@@ -255,12 +255,19 @@ pub fn check_policies_served(
     })
 }
 
-/// A short, stable digest of a TrainJob's `spec.runtimePatches` (absent
-/// and empty are the same): 16 hex characters of their JSON's sha256. The
-/// controller records it on the objects it builds, so that a later edit of
-/// the patches is told apart from the patches those objects came from.
+/// A short, stable digest of a TrainJob's effective `spec.runtimePatches`
+/// (absent and empty are the same): 16 hex characters of their JSON's
+/// sha256. The effective patches are those after the v2.1 override fields
+/// are moved into their runtime patch ([`legacy::convert`]), so the
+/// operator's own move of those fields is not an edit. The controller
+/// records the digest on the objects it builds, so that a later edit of the
+/// patches is told apart from the patches those objects came from.
 pub fn runtime_patches_hash(job: &TrainJob) -> String {
-    let patches = job.spec.runtime_patches.as_deref().unwrap_or_default();
+    let converted = legacy::convert(&job.spec).ok().flatten();
+    let patches = match &converted {
+        Some(c) => c.runtime_patches.as_slice(),
+        None => job.spec.runtime_patches.as_deref().unwrap_or_default(),
+    };
     let text = serde_json::to_string(patches).unwrap_or_default();
     let mut hex = plugin::sha256_hex(text.as_bytes());
     hex.truncate(16);
@@ -598,5 +605,20 @@ mod tests {
         other.spec.suspend = Some(true);
         other.metadata.name = Some("k".into());
         assert_eq!(runtime_patches_hash(&other), ha);
+    }
+
+    #[test]
+    fn moving_the_v21_fields_into_a_patch_does_not_change_the_hash() {
+        let mut before = job(json!([{"manager": "kueue.x-k8s.io/manager"}]));
+        before.spec.labels = Some([("team".to_string(), "a".to_string())].into());
+        let conversion = legacy::convert(&before.spec).unwrap().unwrap();
+        let mut after = before.clone();
+        after.spec.labels = None;
+        after.spec.runtime_patches = Some(conversion.runtime_patches);
+        assert_eq!(runtime_patches_hash(&before), runtime_patches_hash(&after));
+        // A v2.1 field edited later is an edit of the patches.
+        let mut edited = after.clone();
+        edited.spec.labels = Some([("team".to_string(), "b".to_string())].into());
+        assert_ne!(runtime_patches_hash(&edited), runtime_patches_hash(&after));
     }
 }
