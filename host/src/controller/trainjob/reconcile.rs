@@ -42,7 +42,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::Value;
 use tokio::task::JoinError;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 use trainforge_api::plugin::{Info, KindRef, Phase, PluginError};
 use trainforge_api::trainer::v1alpha1::constants::{
     CONDITION_FAILED, MANAGED_BY_TRAINJOB_CONTROLLER, REASON_TRAINING_RUNTIME_NOT_SUPPORTED,
@@ -505,7 +505,7 @@ impl Reconcile<'_> {
                 Ok(PluginStatus::New(s)) => status = s,
                 Ok(PluginStatus::Unchanged) => {}
                 Ok(PluginStatus::NotYet(why)) => {
-                    info!(%why, "status not available yet");
+                    debug!(%why, "status not available yet (e.g. the JobSet is not in the cache yet)");
                     retry_soon = true;
                 }
                 Err(e) => keep_first(&mut failure, e),
