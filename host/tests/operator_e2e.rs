@@ -761,3 +761,55 @@ async fn v21_fields_survive_a_client_with_only_the_newer_types() {
     assert!(env.contains(&"FROM_V21"), "{env:?}");
     assert!(env.contains(&"PET_NNODES"), "{env:?}");
 }
+
+#[tokio::test]
+async fn trainer_vars_set_by_the_user_are_accepted_and_win() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-trainer-vars").await.unwrap();
+    let tj = trainjob_object(
+        &ns,
+        "mine",
+        "torch-distributed",
+        json!({"suspend": true, "trainer": {"numNodes": 2, "env": [
+            {"name": "TRAINER_JOB_ID", "value": "my-id"},
+            {"name": "TRAINER_NNODES", "value": "7"}
+        ]}}),
+    );
+    apply(&client, &tj).await;
+    let js = eventually("the JobSet", TIMEOUT, || async {
+        get(&client, JOBSET, "JobSet", Some(&ns), "mine").await
+    })
+    .await;
+    let env: Vec<(String, Value)> = js
+        .pointer("/spec/replicatedJobs/0/template/spec/template/spec/containers/0/env")
+        .and_then(Value::as_array)
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap().to_owned(), e["value"].clone()))
+        .collect();
+    let values = |n: &str| -> Vec<Value> {
+        env.iter()
+            .filter(|(k, _)| k == n)
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    assert_eq!(values("TRAINER_JOB_ID"), [json!("my-id")], "{env:?}");
+    assert_eq!(values("TRAINER_NNODES"), [json!("7")], "{env:?}");
+    assert_eq!(
+        values("TRAINER_NODE_0_HOSTNAME").len(),
+        1,
+        "ours stay: {env:?}"
+    );
+    assert_eq!(values("PET_NNODES"), [json!("2")], "{env:?}");
+    let tj = trainjob(&client, &ns, "mine").await.unwrap();
+    for c in ["Failed", "Blocked"] {
+        assert!(
+            !is_true(&tj, c),
+            "{c}: {}\n{}",
+            tj["status"],
+            op.log_tail(20)
+        );
+    }
+}

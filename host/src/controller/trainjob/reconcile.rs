@@ -4,7 +4,7 @@
 //! 2. **build** the objects: the pure [`pipeline`](crate::pipeline) with the
 //!    plugin set in service, no I/O. While no plugin of the set calls
 //!    `build`, nothing is built (the TrainJob gets `PluginsReady=False` and
-//!    a Warning Event instead: [`serving`](super::serving));
+//!    a Warning Event instead: [`serving`]);
 //! 3. **apply** every object (server-side apply; objects already as desired
 //!    are not written);
 //! 4. **status**: `Suspended`, the status plugin's view, the active
