@@ -101,11 +101,18 @@ async fn events(client: &kube::Client, ns: &str, name: &str, reason: &str) -> Ve
 }
 
 /// How often `events` were observed: a repeated Event (same reason on the
-/// same object) is one object whose `series.count` counts them.
+/// same object) is one object whose count counts them (`series.count`, or
+/// the core/v1 `count` the operator writes, `deprecatedCount` here).
 fn occurrences(events: &[Event]) -> i32 {
     events
         .iter()
-        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .map(|e| {
+            e.series
+                .as_ref()
+                .map(|s| s.count)
+                .or(e.deprecated_count)
+                .unwrap_or(1)
+        })
         .sum()
 }
 
@@ -482,7 +489,11 @@ async fn runtime_patches_edit_of_a_running_job_is_reported(fx: &Fx, ns: &str) {
                 "RuntimePatchesIgnored and {events_expected} Events for edit {edit}: status {}, events {:?}",
                 t["status"],
                 evs.iter()
-                    .map(|e| (e.series.as_ref().map(|s| s.count), e.note.clone()))
+                    .map(|e| (
+                        e.series.as_ref().map(|s| s.count),
+                        e.deprecated_count,
+                        e.note.clone()
+                    ))
                     .collect::<Vec<_>>()
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
