@@ -346,7 +346,9 @@ async fn plugin_versions_swap_roll_back_and_bad_modules_are_refused() {
     ));
     assert_eq!(greeting_of(client, &ns, "d").await, "v1");
 
-    // Removing the plugin config removes the plugin.
+    // Removing the plugin config removes the plugin: a new TrainJob whose
+    // runtime selects its policy (`mlPolicy.minimal`) is not built without
+    // it, and says so.
     delete(client, CTP, "ClusterTrainerPlugin", None, "greeter").await;
     apply(
         client,
@@ -358,11 +360,25 @@ async fn plugin_versions_swap_roll_back_and_bad_modules_are_refused() {
         ),
     )
     .await;
-    eventually("JobSet e", TIMEOUT, || async {
-        get(client, JOBSET, "JobSet", Some(&ns), "e").await
+    let blocked = eventually("TrainJob e Blocked by PolicyNotServed", TIMEOUT, || async {
+        let tj = trainjob(client, &ns, "e").await?;
+        let c = condition(&tj, "Blocked")?;
+        (c["status"] == "True" && c["reason"] == "PolicyNotServed").then(|| c.clone())
     })
     .await;
+    assert!(
+        blocked["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("mlPolicy.minimal"),
+        "{blocked}"
+    );
     tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        get(client, JOBSET, "JobSet", Some(&ns), "e")
+            .await
+            .is_none()
+    );
     assert!(
         get(client, "v1", "ConfigMap", Some(&ns), "e-minimal")
             .await
