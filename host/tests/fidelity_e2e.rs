@@ -241,6 +241,10 @@ async fn trainjobs_that_cannot_be_built_say_why_and_running_ones_keep_running() 
     let op = Operator::start(fx.env, "operator-fidelity", &["--resync-seconds", "30"]);
     op.wait_ready().await;
     let ns = fx.env.create_namespace("fidelity").await.unwrap();
+    // What the controller does when admission did not run (webhooks not
+    // installed, or `Ignore` during an outage): the webhooks skip this
+    // namespace, so the objects they would refuse are stored.
+    bypass_admission(&fx.client, &ns).await;
 
     policy_needs_a_serving_plugin(&fx, &op, &ns).await;
     missing_runtime_blocks_until_it_exists(&fx, &ns).await;

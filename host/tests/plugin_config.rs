@@ -86,6 +86,7 @@ impl Operator {
         let stop = CancellationToken::new();
         let opts = Options {
             label_selector: Some(selector.to_owned()),
+            ..Options::default()
         };
         let task = tokio::spawn(catalog::run_with(
             client.clone(),

@@ -45,8 +45,6 @@ GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 # A namespaced copy of torch-distributed whose Jobs do not retry: a failing
 # pod fails the Job, the JobSet and the TrainJob at once.
 NO_RETRIES = "torch-no-retries"
-# How long a TrainJob with an invalid spec may take to be Failed.
-INVALID_TIMEOUT = 30
 # activeDeadlineSeconds of the job whose pods never finish.
 DEADLINE = 10
 
@@ -123,22 +121,10 @@ def failing(client, no_retries_runtime) -> str:
 
 
 @pytest.fixture(scope="session")
-def invalid(client) -> str:
-    """A TrainJob the apiserver accepts but the operator must refuse: the
-    torch runtime reserves PET_* variables for itself."""
-    return client.train(
-        runtime="torch-distributed",
-        trainer=CustomTrainer(
-            func=train_fn, num_nodes=1, resources_per_node=RESOURCES, env={"PET_NNODES": "3"}
-        ),
-    )
-
-
-@pytest.fixture(scope="session")
-def all_jobs(client, submitted, failing, invalid) -> dict:
+def all_jobs(client, submitted, failing) -> dict:
     """Every TrainJob of the suite, created before the first wait so that
     the operator runs them in parallel."""
-    jobs = {**submitted, "failing": failing, "invalid": invalid}
+    jobs = {**submitted, "failing": failing}
     # No trainer (spec.trainer omitted: the runtime's one node), with the
     # name, labels and annotations options.
     jobs["named"] = client.train(
@@ -256,7 +242,7 @@ def test_train_runs_to_complete(client, kube, namespace, all_jobs, runtime):
 
 def test_list_jobs(client, all_jobs):
     for key, name in all_jobs.items():
-        if key not in ("invalid", "running"):
+        if key != "running":
             client.wait_for_job_status(
                 name, status={"Complete", "Failed"}, timeout=TIMEOUT, polling_interval=POLL
             )
@@ -331,22 +317,24 @@ def test_active_deadline_fails_the_job(client, kube, namespace, all_jobs):
     assert failed and failed[0]["reason"] == "DeadlineExceeded", stored["status"]
 
 
-def test_invalid_spec_fails_fast(client, all_jobs):
-    """The operator refuses the spec (reserved PET_NNODES on a torch
-    runtime): the TrainJob is Failed, so the wait raises at once instead of
-    timing out."""
-    name = all_jobs["invalid"]
-    with pytest.raises(RuntimeError, match="Failed"):
-        try:
-            client.wait_for_job_status(name, timeout=INVALID_TIMEOUT, polling_interval=POLL)
-        except TimeoutError:
-            pytest.fail(
-                f"TrainJob {name} (invalid spec) is not Failed after {INVALID_TIMEOUT}s: "
-                "the operator must set Failed=True on a TrainJob it refuses"
-            )
-    job = client.get_job(name)
-    assert job.status == "Failed"
-    assert job.steps == [], "nothing is built for an invalid TrainJob"
+def test_invalid_spec_is_refused_at_create(client):
+    """Admission refuses the spec (reserved PET_NNODES on a torch runtime)
+    when the SDK creates the TrainJob, naming the webhook and the field, as
+    Kubeflow Trainer's webhook does; nothing is stored."""
+    before = {j.name for j in client.list_jobs()}
+    with pytest.raises(RuntimeError) as refused:
+        client.train(
+            runtime="torch-distributed",
+            trainer=CustomTrainer(
+                func=train_fn, num_nodes=1, resources_per_node=RESOURCES, env={"PET_NNODES": "3"}
+            ),
+        )
+    cause = refused.value.__cause__
+    text = f"{refused.value} {cause}"
+    assert getattr(cause, "status", None) == 403, text
+    assert "validator.trainjob.trainer.kubeflow.org" in text, text
+    assert "spec.trainer.env" in text and "PET_NNODES" in text, text
+    assert {j.name for j in client.list_jobs()} == before
 
 
 def test_get_job_events(client, all_jobs):

@@ -48,6 +48,7 @@ pub mod ports;
 pub mod process;
 pub mod scheduler;
 pub mod wait;
+pub mod webhooks;
 
 use std::fmt;
 use std::io::Write;

@@ -5,9 +5,12 @@
 //! - [`catalog`]: the `ClusterTrainerPlugin` controller that fetches,
 //!   verifies, compiles and hot-swaps the plugin set in service (the Wasm
 //!   runtime itself is [`crate::plugin`]).
+//! - [`admission`]: the HTTPS admission webhooks (certificates, listener);
+//!   what they check is [`crate::admission`].
 //! - [`ops`]: metrics, health endpoints, leader election, shutdown.
 //! - [`operator`]: `trainforge operator`, which wires them together.
 
+pub mod admission;
 pub mod catalog;
 pub mod operator;
 pub mod ops;

@@ -1,10 +1,12 @@
 //! `trainforge operator`: wires the controllers, the plugin catalog, the
 //! watch cache, health/metrics endpoints and leader election together.
 //!
-//! Start-up: endpoints (so probes answer at once) → plugin runtime → Lease
-//! (standby replicas wait here) → plugin catalog synced from the
-//! `ClusterTrainerPlugin`s (or the builtin set) → watches of every kind the
-//! plugins declared → TrainJob controller. Shutdown (SIGTERM, Ctrl-C, or
+//! Start-up: endpoints (so probes answer at once) → plugin runtime → plugin
+//! catalog synced from the `ClusterTrainerPlugin`s (or the builtin set) →
+//! watches of every kind the plugins declared → admission webhooks → Lease
+//! (standby replicas wait here) → TrainJob controller. Every replica loads
+//! the plugins and serves admission; only the leader reconciles TrainJobs
+//! and writes `ClusterTrainerPlugin` statuses. Shutdown (SIGTERM, Ctrl-C, or
 //! losing the Lease): controllers drain, then the Lease is released so a
 //! standby takes over at once. Losing the Lease is an error
 //! ([`OperatorError::LeaseLost`], exit code 1): the pod restarts and rejoins
@@ -75,6 +77,9 @@ pub struct OperatorArgs {
     /// Memory the compiler of one plugin component may use (MiB).
     #[arg(long, default_value_t = 1024)]
     pub plugin_compile_memory_mib: u64,
+    /// The admission webhooks.
+    #[command(flatten)]
+    pub admission: super::admission::AdmissionArgs,
 }
 
 /// Why the operator stopped with an error.
@@ -105,6 +110,12 @@ pub enum OperatorError {
     /// The compile worker (this executable) could not be located.
     #[error("plugin compiler: {0}")]
     Compiler(String),
+    /// The admission server could not start.
+    #[error(transparent)]
+    Admission(#[from] super::admission::Error),
+    /// A start-up task failed.
+    #[error("start-up: {0}")]
+    Startup(String),
     /// The async runtime could not start.
     #[error("starting the async runtime: {0}")]
     Runtime(#[from] std::io::Error),
@@ -144,6 +155,8 @@ pub async fn run(
     let readiness = Readiness::new();
     let ready_plugins = readiness.register("plugins", "the plugin set is not loaded yet");
     let ready_caches = readiness.register("caches", "the watch caches are not synced yet");
+    let ready_admission =
+        readiness.register("admission", "the admission webhooks are not served yet");
     let router = health::router(metrics.clone(), readiness.clone());
     let mut addrs = Vec::new();
     for text in [&args.health_probe_bind_address, &args.metrics_bind_address] {
@@ -179,6 +192,9 @@ pub async fn run(
     })?);
     runtime.set_observer(metrics.clone());
 
+    // Every replica loads the plugins and keeps the watch caches: each one
+    // answers admission requests. Only the leader reconciles TrainJobs and
+    // writes ClusterTrainerPlugin statuses.
     let leader = if args.leader_elect {
         let ns = args
             .lease_namespace
@@ -189,45 +205,23 @@ pub async fn run(
     } else {
         LeaderElection::disabled()
     };
-    info!(identity = %leader.identity(), "waiting for leadership");
-    if args.leader_elect {
-        ready_plugins
-            .set_not_ready("not leading: plugins are loaded once this replica holds the Lease");
-    }
-    tokio::select! {
-        _ = shutdown.cancelled() => return Ok(()),
-        acquired = leader.acquired() => if !acquired { return Ok(()) },
-    }
-    info!("leading");
-    // Stop the controllers when the process stops or the Lease is lost.
-    let stop = shutdown.child_token();
-    let lease_lost = Arc::new(AtomicBool::new(false));
-    let lost = {
-        let (stop, shutdown, lease_lost) = (stop.clone(), shutdown.clone(), lease_lost.clone());
-        let mut leading = leader.subscribe();
+
+    let (trigger_tx, trigger_rx) = tokio::sync::mpsc::unbounded_channel();
+    // Until this replica leads, nobody reconciles: drop the triggers (the
+    // TrainJob controller lists everything when it starts).
+    let go = CancellationToken::new();
+    let drain = {
+        let go = go.clone();
+        let mut rx = trigger_rx;
         tokio::spawn(async move {
-            while *leading.borrow() {
-                if leading.changed().await.is_err() {
-                    break;
+            loop {
+                tokio::select! {
+                    _ = go.cancelled() => return rx,
+                    m = rx.recv() => if m.is_none() { return rx },
                 }
-            }
-            if !shutdown.is_cancelled() {
-                error!("lost the Lease: stopping controllers, then exiting with an error");
-                lease_lost.store(true, Ordering::SeqCst);
-                stop.cancel();
             }
         })
     };
-    // How a start-up step interrupted by `stop` ends the run.
-    let interrupted = || {
-        if lease_lost.load(Ordering::SeqCst) {
-            Err(OperatorError::LeaseLost)
-        } else {
-            Ok(())
-        }
-    };
-
-    let (trigger_tx, trigger_rx) = tokio::sync::mpsc::unbounded_channel();
     let objects = Arc::new(ObjectCache::new(client.clone(), trigger_tx));
     let (plugins, generations, catalog_task): (Arc<dyn Plugins>, _, _) = if args.builtin_plugins {
         let set = builtin_set(&runtime, objects.clone())?;
@@ -237,20 +231,24 @@ pub async fn run(
         (Arc::new(fixed) as Arc<dyn Plugins>, None, None)
     } else {
         let catalog = Arc::new(PluginCatalog::new(runtime.clone(), objects.clone()));
-        let task = tokio::spawn(super::catalog::run(
+        let task = tokio::spawn(super::catalog::run_with(
             client.clone(),
             catalog.clone(),
-            stop.clone(),
+            shutdown.clone(),
+            super::catalog::Options {
+                status_writes: Some(leader.subscribe()),
+                ..Default::default()
+            },
         ));
         tokio::spawn(follow_plugins(
             catalog.clone(),
             ready_plugins.clone(),
-            stop.clone(),
+            shutdown.clone(),
         ));
         let mut generations = catalog.subscribe();
         while !catalog.is_synced() {
             tokio::select! {
-                _ = stop.cancelled() => return interrupted(),
+                _ = shutdown.cancelled() => return Ok(()),
                 _ = generations.changed() => {},
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {},
             }
@@ -278,13 +276,13 @@ pub async fn run(
     };
     let wanted = kinds_of();
     let missing = tokio::select! {
-        _ = stop.cancelled() => return interrupted(),
+        _ = shutdown.cancelled() => return Ok(()),
         missing = objects.ensure(&wanted) => missing,
     };
     ready_caches.set_ready();
     {
         let objects = objects.clone();
-        let stop = stop.clone();
+        let stop = shutdown.clone();
         let mut generations = generations.map(|(_, g)| g);
         let mut retry = !missing.is_empty();
         tokio::spawn(async move {
@@ -308,6 +306,47 @@ pub async fn run(
             }
         });
     }
+
+    super::admission::start(
+        &args.admission,
+        client.clone(),
+        plugins.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    )
+    .await?;
+    ready_admission.set_ready();
+
+    info!(identity = %leader.identity(), "waiting for leadership");
+    tokio::select! {
+        _ = shutdown.cancelled() => return Ok(()),
+        acquired = leader.acquired() => if !acquired { return Ok(()) },
+    }
+    info!("leading");
+    // Stop the controllers when the process stops or the Lease is lost.
+    let stop = shutdown.child_token();
+    let lease_lost = Arc::new(AtomicBool::new(false));
+    let lost = {
+        let (stop, shutdown, lease_lost) = (stop.clone(), shutdown.clone(), lease_lost.clone());
+        let mut leading = leader.subscribe();
+        tokio::spawn(async move {
+            while *leading.borrow() {
+                if leading.changed().await.is_err() {
+                    break;
+                }
+            }
+            if !shutdown.is_cancelled() {
+                error!("lost the Lease: stopping controllers, then exiting with an error");
+                lease_lost.store(true, Ordering::SeqCst);
+                stop.cancel();
+            }
+        })
+    };
+    go.cancel();
+    let trigger_rx = match drain.await {
+        Ok(rx) => rx,
+        Err(e) => return Err(OperatorError::Startup(format!("trigger drain task: {e}"))),
+    };
 
     let settings = Settings {
         resync: Duration::from_secs(args.resync_seconds.max(1)),

@@ -35,6 +35,45 @@ pub fn report(text: &str) {
 
 type Job = Box<dyn FnOnce(&mut Option<Proc>) + Send>;
 
+use trainforge_testenv::webhooks::Front;
+
+/// The env's webhook front (the operators' Service), with the shipped
+/// webhook configurations registered against it on first use.
+pub fn webhook_front(env: &TestEnv) -> &'static Front {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static FRONTS: OnceLock<Mutex<HashMap<String, &'static Front>>> = OnceLock::new();
+    let mut fronts = FRONTS.get_or_init(Default::default).lock().unwrap();
+    if let Some(f) = fronts.get(env.server_url()) {
+        return f;
+    }
+    let front: &'static Front = Box::leak(Box::new(Front::start().unwrap()));
+    // Registered from a thread of its own: callers may be inside a runtime.
+    let (kubeconfig, addr) = (env.kubeconfig().to_path_buf(), front.addr());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let config = kube::Config::from_custom_kubeconfig(
+                kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
+                &Default::default(),
+            )
+            .await
+            .unwrap();
+            let client = kube::Client::try_from(config).unwrap();
+            trainforge_testenv::webhooks::register(&client, &root(), addr)
+                .await
+                .unwrap();
+        })
+    })
+    .join()
+    .unwrap();
+    fronts.insert(env.server_url().to_owned(), front);
+    front
+}
+
 /// The operator binary running against a test environment. The process is
 /// owned by a thread that lives as long as the test process, so it dies
 /// with it (PDEATHSIG) even when tests panic.
@@ -42,13 +81,16 @@ pub struct Operator {
     tx: mpsc::Sender<Job>,
     /// `host:port` of `/metrics`.
     pub metrics: String,
+    /// Where its admission server listens (behind the env's [`Front`]).
+    pub webhook: std::net::SocketAddr,
+    front: &'static Front,
     /// The operator's log file.
     pub log: PathBuf,
     args: Vec<String>,
     kubeconfig: PathBuf,
 }
 
-fn operator_args(metrics: &str, cache: &Path, extra: &[&str]) -> Vec<String> {
+fn operator_args(metrics: &str, webhook: &str, cache: &Path, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [
         "operator",
         "--metrics-bind-address",
@@ -57,6 +99,10 @@ fn operator_args(metrics: &str, cache: &Path, extra: &[&str]) -> Vec<String> {
         metrics,
         "--plugin-cache-dir",
         cache.to_str().unwrap(),
+        "--webhook-bind-address",
+        webhook,
+        "--webhook-host",
+        "127.0.0.1",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -80,7 +126,13 @@ impl Operator {
         std::fs::create_dir_all(&cache).unwrap();
         let logs = env.dir().join("logs");
         std::fs::create_dir_all(&logs).unwrap();
-        let args = operator_args(&metrics, &cache, extra);
+        let webhook: std::net::SocketAddr = (
+            [127, 0, 0, 1],
+            trainforge_testenv::ports::free_port().unwrap(),
+        )
+            .into();
+        let args = operator_args(&metrics, &webhook.to_string(), &cache, extra);
+        let front = webhook_front(env);
         let (tx, rx) = mpsc::channel::<Job>();
         std::thread::spawn(move || {
             let mut proc: Option<Proc> = None;
@@ -95,6 +147,8 @@ impl Operator {
         let op = Operator {
             tx,
             metrics,
+            webhook,
+            front,
             log: logs.join(format!("{name}.log")),
             args,
             kubeconfig: kubeconfig.to_path_buf(),
@@ -114,6 +168,7 @@ impl Operator {
     }
 
     fn spawn(&self, name: &str, logs: &Path) {
+        self.front.add(self.webhook);
         let (name, logs, args, kubeconfig) = (
             name.to_owned(),
             logs.to_path_buf(),
@@ -138,18 +193,29 @@ impl Operator {
                 }
             }
             let kc = kubeconfig.to_str().unwrap().to_owned();
+            // The operator's own namespace (its webhook certificate Secret
+            // lives there): the Lease namespace when one is given, as in a
+            // Deployment where both are the pod's namespace.
+            let pod_namespace = args
+                .iter()
+                .position(|a| a == "--lease-namespace")
+                .and_then(|i| args.get(i + 1))
+                .cloned()
+                .unwrap_or_else(|| "default".to_owned());
             let env = [
                 ("KUBECONFIG", kc.as_str()),
                 ("RUST_LOG", "info,kube=warn,tower=warn,hyper=warn"),
                 ("TRAINFORGE_LOG_FORMAT", "text"),
-                ("POD_NAMESPACE", "default"),
+                ("POD_NAMESPACE", pod_namespace.as_str()),
             ];
             *p = Some(spawn(&name, &bin, &args, &logs, &env).unwrap());
         });
     }
 
-    /// Kill the operator at once (SIGKILL), as a crash would.
+    /// Kill the operator at once (SIGKILL), as a crash would. Its admission
+    /// server leaves the front (as a pod leaves its Service's endpoints).
     pub fn kill(&self) {
+        self.front.remove(self.webhook);
         self.run(|p| {
             if let Some(mut proc) = p.take() {
                 proc.stop(Duration::ZERO);
@@ -160,6 +226,7 @@ impl Operator {
     /// SIGTERM the operator: how long it took to exit, `None` if it did not
     /// within `grace` (then it is killed).
     pub fn terminate(&self, grace: Duration) -> Option<Duration> {
+        self.front.remove(self.webhook);
         self.run(move |p| p.take().and_then(|mut proc| proc.terminate(grace)))
     }
 
@@ -422,3 +489,108 @@ pub fn trainjob_object(ns: &str, name: &str, runtime: &str, spec_extra: Value) -
         "spec": spec,
     })
 }
+
+/// Label `ns` so the TrainJob webhooks skip it (tests of what the controller
+/// does with TrainJobs admission would refuse).
+pub async fn bypass_admission(client: &kube::Client, ns: &str) {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    api.patch(
+        ns,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"labels": {
+            trainforge_testenv::webhooks::BYPASS_LABEL: "off"}}})),
+    )
+    .await
+    .unwrap();
+}
+
+// ------------------------------------------------ raw requests (admission)
+
+/// What the API server answered to a create or update.
+#[derive(Debug)]
+pub struct Outcome {
+    /// HTTP status code.
+    pub code: u16,
+    /// `message` of the Status on failure.
+    pub message: String,
+    /// `Warning` headers (their text).
+    pub warnings: Vec<String>,
+    /// The body.
+    pub object: Value,
+}
+
+impl Outcome {
+    pub fn ok(&self) -> bool {
+        (200..300).contains(&self.code)
+    }
+}
+
+fn path_of(obj: &Value, name: Option<&str>) -> String {
+    let api_version = obj["apiVersion"].as_str().unwrap();
+    let kind = obj["kind"].as_str().unwrap();
+    let plural = match kind {
+        "TrainJob" => "trainjobs",
+        "TrainingRuntime" => "trainingruntimes",
+        "ClusterTrainingRuntime" => "clustertrainingruntimes",
+        "ClusterTrainerPlugin" => "clustertrainerplugins",
+        other => panic!("no plural for {other}"),
+    };
+    let mut p = format!("/apis/{api_version}");
+    if let Some(ns) = obj.pointer("/metadata/namespace").and_then(Value::as_str) {
+        p.push_str(&format!("/namespaces/{ns}"));
+    }
+    p.push_str(&format!("/{plural}"));
+    if let Some(n) = name {
+        p.push_str(&format!("/{n}"));
+    }
+    p
+}
+
+/// POST (`dry_run`: `?dryRun=All`, which runs admission but stores nothing)
+/// and return code, message and `Warning` headers.
+pub async fn create(client: &kube::Client, obj: &Value, dry_run: bool) -> Outcome {
+    let mut uri = path_of(obj, None);
+    if dry_run {
+        uri.push_str("?dryRun=All");
+    }
+    send(client, http::Method::POST, &uri, obj).await
+}
+
+/// PUT the whole object (an update through admission).
+pub async fn update(client: &kube::Client, obj: &Value) -> Outcome {
+    let name = obj["metadata"]["name"].as_str().unwrap();
+    send(client, http::Method::PUT, &path_of(obj, Some(name)), obj).await
+}
+
+async fn send(client: &kube::Client, method: http::Method, uri: &str, obj: &Value) -> Outcome {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(kube::client::Body::from(serde_json::to_vec(obj).unwrap()))
+        .unwrap();
+    let resp = client.send(req).await.unwrap();
+    let code = resp.status().as_u16();
+    let warnings = resp
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| {
+            // `299 - "text"`
+            let t = v.to_str().unwrap_or_default();
+            t.trim_start_matches("299 - ")
+                .trim_matches('"')
+                .replace("\\\"", "\"")
+        })
+        .collect();
+    let body = resp.into_body().collect_bytes().await.unwrap();
+    let object: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let message = object["message"].as_str().unwrap_or_default().to_owned();
+    Outcome {
+        code,
+        message,
+        warnings,
+        object,
+    }
+}
+

@@ -44,6 +44,14 @@ struct Ctx {
     api: Api<ClusterTrainerPlugin>,
     catalog: Arc<PluginCatalog>,
     fetcher: Fetcher,
+    status_writes: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+impl Ctx {
+    /// Whether this replica writes statuses now.
+    fn writes_status(&self) -> bool {
+        self.status_writes.as_ref().is_none_or(|rx| *rx.borrow())
+    }
 }
 
 /// Run the controller until `shutdown` is cancelled.
@@ -103,6 +111,7 @@ pub async fn run_with(
         api,
         catalog: catalog.clone(),
         fetcher,
+        status_writes: opts.status_writes.clone(),
     });
     let stop = shutdown.clone();
     // CRs displaced by a plugin with precedence are reconciled again so
@@ -117,6 +126,11 @@ pub async fn run_with(
     let controller = Controller::for_stream(events, store);
     let controller = match kicks {
         Some(k) => controller.reconcile_on(k),
+        None => controller,
+    };
+    // Gaining the right to write statuses: everything once more.
+    let controller = match opts.status_writes {
+        Some(rx) => controller.reconcile_all_on(rises(rx)),
         None => controller,
     };
     let mut results = controller
@@ -140,6 +154,22 @@ pub async fn run_with(
         }
     }
     Ok(())
+}
+
+/// A stream with one item each time `rx` turns from `false` to `true`.
+fn rises(
+    rx: tokio::sync::watch::Receiver<bool>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold((rx, false), |(mut rx, mut was)| async move {
+        loop {
+            let now = *rx.borrow_and_update();
+            if now && !was {
+                return Some(((), (rx, true)));
+            }
+            was = now;
+            rx.changed().await.ok()?;
+        }
+    })
 }
 
 fn error_policy(_: Arc<ClusterTrainerPlugin>, _: &Error, _: Arc<Ctx>) -> Action {
@@ -201,7 +231,7 @@ async fn reconcile_inner(
         }
     };
     let desired = status::desired(&entry, obj.status.as_ref());
-    if status::write(&ctx.api, &obj, &desired).await? {
+    if ctx.writes_status() && status::write(&ctx.api, &obj, &desired).await? {
         catalog.count_status_write();
     }
     let failed = entry.attempt.as_ref().is_some_and(|a| a.failure.is_some());

@@ -37,6 +37,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trainforge_testenv::process::{Proc, log_tail, spawn};
 use trainforge_testenv::{Mode, TestEnv, manifests, ports};
+use trainforge_testenv::webhooks::Front;
 
 mod apply;
 mod diagnose;
@@ -222,12 +223,26 @@ async fn main() -> ExitCode {
     };
     if let Some(op) = operator {
         println!("demo: stopping the operator");
+        if let Ok(client) = env.client().await
+            && let Err(e) = trainforge_testenv::webhooks::unregister(&client, &repo_root()).await
+        {
+            println!("demo: removing the webhook configurations: {e}");
+        }
         op.stop().await;
     }
     println!("demo: stopping the control plane");
     drop(env);
     println!("demo: stopped");
     code
+}
+
+/// The repository (the shipped webhook configurations are read from its
+/// `manifests/webhook`).
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// `--operator`, or `trainforge` next to this executable; it must exist.
@@ -274,7 +289,18 @@ async fn run(
             );
         }
         Some(bin) => {
-            let op = operator.insert(Operator::start(env, bin)?);
+            // The admission webhooks, as shipped, called through a local
+            // front (the Service of a real cluster). Registered before the
+            // operator starts: it writes its CA bundle into them.
+            let front = Front::start()?;
+            trainforge_testenv::webhooks::register(&client, &repo_root(), front.addr()).await?;
+            println!(
+                "demo: admission webhooks registered (https://{}, operator-managed certificates)",
+                front.addr()
+            );
+            let op = operator.insert(Operator::start(env, bin, &front)?);
+            // The front lives as long as the demo.
+            std::mem::forget(front);
             println!(
                 "demo: operator {} started (pid {}), log {}",
                 shown(bin),

@@ -21,9 +21,14 @@ pub(crate) struct Operator {
 
 impl Operator {
     /// Spawn `bin operator …` against `env` from a dedicated thread.
-    pub(crate) fn start(env: &TestEnv, bin: &Path) -> Result<Operator, DemoError> {
+    /// Its admission server listens on a free port of 127.0.0.1, behind
+    /// `front` (the webhook configurations call the front).
+    pub(crate) fn start(env: &TestEnv, bin: &Path, front: &Front) -> Result<Operator, DemoError> {
         let port = ports::free_port()?;
         let addr = format!("127.0.0.1:{port}");
+        let webhook = std::net::SocketAddr::from(([127, 0, 0, 1], ports::free_port()?));
+        front.add(webhook);
+        let webhook = webhook.to_string();
         let cache = env.dir().join("plugin-cache");
         std::fs::create_dir_all(&cache)
             .map_err(|e| DemoError::Supervisor(format!("creating {}: {e}", cache.display())))?;
@@ -36,6 +41,10 @@ impl Operator {
             &addr,
             "--plugin-cache-dir",
             &cache.to_string_lossy(),
+            "--webhook-bind-address",
+            &webhook,
+            "--webhook-host",
+            "127.0.0.1",
         ]
         .iter()
         .map(|s| s.to_string())

@@ -11,7 +11,9 @@
 //! `hostile.trainforge.dev/<plugin name>` (JSON) when present, else by the
 //! plugin config (so on a shared cluster each hostile plugin attacks only
 //! the TrainJobs that ask it to):
-//! - `{"attack": "<name>"}` for the named attacks in [`build`];
+//! - `{"attack": "<name>"}` for the named attacks in [`build`] and
+//!   `validate` (`validate-loop`, `validate-alloc`, `validate-panic`,
+//!   `validate-deny`, …);
 //! - `{"set": [{"phase", "target": "trainjob"|"info", "pointer", "value"}]}`
 //!   sets JSON pointers in the TrainJob or info during that phase;
 //! - `{"emit": [objects]}` makes `build` return exactly those objects;
@@ -372,6 +374,29 @@ impl Guest for Hostile {
             "forged-warning" => Ok(Validation {
                 warnings: vec!["ok\nWarning: forged second warning".into()],
                 errors: vec![],
+            }),
+            "validate-loop" => {
+                let mut x = 0u64;
+                loop {
+                    x = black_box(x.wrapping_add(1));
+                }
+            }
+            "validate-alloc" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    black_box(&hoard);
+                }
+            }
+            "validate-panic" => panic!("hostile plugin panicked in validate on purpose"),
+            "validate-deny" => Ok(Validation {
+                warnings: vec![],
+                errors: vec![FieldError {
+                    error_type: FieldErrorType::Forbidden,
+                    field: "spec.trainer".into(),
+                    bad_value: None,
+                    detail: "refused by the hostile plugin".into(),
+                }],
             }),
             _ => Ok(Validation { warnings: vec![], errors: vec![] }),
         }
