@@ -5,7 +5,9 @@
 //! - [`pipeline`]: the pure TrainJob + runtime → objects pipeline.
 //! - [`render`]: `trainforge render`, the pipeline without a cluster.
 //! - [`cli`]: the `trainforge` command line.
+//! - [`admission`]: the admission webhooks (certificates, HTTPS listener).
 
+pub mod admission;
 pub mod cli;
 pub mod controller;
 pub mod crdgen;
