@@ -288,13 +288,15 @@ pub fn generate_ca(now: OffsetDateTime) -> Result<(String, String), Error> {
 
 /// A serving certificate for `dns_names` and `ip_addresses` signed by the CA
 /// (`ca_pem`, its first certificate, and `ca_key_pem`): (certificate PEM,
-/// private key PEM). Valid [`SERVING_LIFETIME`] but never past the CA.
+/// private key PEM). Valid `lifetime` ([`SERVING_LIFETIME`] by default) but
+/// never past the CA.
 pub fn issue_serving(
     ca_pem: &str,
     ca_key_pem: &str,
     dns_names: &[String],
     ip_addresses: &[IpAddr],
     now: OffsetDateTime,
+    lifetime: time::Duration,
 ) -> Result<(String, String), Error> {
     let ca_der = first_certificate(ca_pem, "CA certificate")?;
     let ca_not_after = {
@@ -337,8 +339,10 @@ pub fn issue_serving(
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.use_authority_key_identifier_extension = true;
-    params.not_before = now - CLOCK_SKEW;
-    params.not_after = (now + SERVING_LIFETIME).min(ca_not_after);
+    // Back-dated for clocks behind ours, by at most a quarter of the
+    // lifetime (short test lifetimes stay mostly ahead).
+    params.not_before = now - CLOCK_SKEW.min(lifetime / 4);
+    params.not_after = (now + lifetime).min(ca_not_after);
     params.serial_number = Some(serial());
     let cert = params
         .signed_by(&key, &issuer)
@@ -351,8 +355,9 @@ pub fn generate(
     dns_names: &[String],
     ip_addresses: &[IpAddr],
     now: OffsetDateTime,
+    serving_lifetime: time::Duration,
 ) -> Result<Bundle, Error> {
-    renew_all(None, dns_names, ip_addresses, now)
+    renew_all(None, dns_names, ip_addresses, now, serving_lifetime)
 }
 
 /// `old` with a new serving certificate from its current CA.
@@ -361,8 +366,16 @@ pub fn renew_serving(
     dns_names: &[String],
     ip_addresses: &[IpAddr],
     now: OffsetDateTime,
+    serving_lifetime: time::Duration,
 ) -> Result<Bundle, Error> {
-    let (cert, key) = issue_serving(&old.ca_bundle, &old.ca_key, dns_names, ip_addresses, now)?;
+    let (cert, key) = issue_serving(
+        &old.ca_bundle,
+        &old.ca_key,
+        dns_names,
+        ip_addresses,
+        now,
+        serving_lifetime,
+    )?;
     Ok(Bundle {
         ca_bundle: prune_ca_bundle(&old.ca_bundle, now, usize::MAX),
         ca_key: old.ca_key.clone(),
@@ -378,9 +391,10 @@ pub fn renew_all(
     dns_names: &[String],
     ip_addresses: &[IpAddr],
     now: OffsetDateTime,
+    serving_lifetime: time::Duration,
 ) -> Result<Bundle, Error> {
     let (ca, ca_key) = generate_ca(now)?;
-    let (cert, key) = issue_serving(&ca, &ca_key, dns_names, ip_addresses, now)?;
+    let (cert, key) = issue_serving(&ca, &ca_key, dns_names, ip_addresses, now, serving_lifetime)?;
     let mut ca_bundle = ca;
     if let Some(old) = old {
         ca_bundle.push_str(&prune_ca_bundle(&old.ca_bundle, now, MAX_OLD_CAS));
@@ -620,6 +634,8 @@ pub struct CertOptions {
     pub validating_configurations: Vec<String>,
     /// Time between two checks.
     pub check_interval: Duration,
+    /// Lifetime of a serving certificate (renewed past 2/3 of it).
+    pub serving_lifetime: time::Duration,
 }
 
 impl CertOptions {
@@ -639,6 +655,7 @@ impl CertOptions {
             mutating_configurations: vec![DEFAULT_MUTATING_CONFIGURATION.to_owned()],
             validating_configurations: vec![DEFAULT_VALIDATING_CONFIGURATION.to_owned()],
             check_interval: DEFAULT_CHECK_INTERVAL,
+            serving_lifetime: SERVING_LIFETIME,
         }
     }
 }
@@ -666,7 +683,7 @@ pub async fn ensure_secret(
     };
     for _ in 0..MAX_CONFLICTS {
         let Some(mut secret) = api.get_opt(name).await.map_err(read_err)? else {
-            let bundle = generate(&opts.dns_names, &opts.ip_addresses, now)?;
+            let bundle = generate(&opts.dns_names, &opts.ip_addresses, now, opts.serving_lifetime)?;
             let secret = Secret {
                 metadata: kube::api::ObjectMeta {
                     name: Some(name.clone()),
@@ -698,11 +715,11 @@ pub async fn ensure_secret(
             Decision::Keep => return Ok(stored),
             Decision::RenewServing(why) => {
                 tracing::info!(secret = %name, reason = why, "renewing the webhook serving certificate");
-                renew_serving(&stored, &opts.dns_names, &opts.ip_addresses, now)?
+                renew_serving(&stored, &opts.dns_names, &opts.ip_addresses, now, opts.serving_lifetime)?
             }
             Decision::RenewAll(why) => {
                 tracing::info!(secret = %name, reason = why, "renewing the webhook CA and serving certificate");
-                renew_all(Some(&stored), &opts.dns_names, &opts.ip_addresses, now)?
+                renew_all(Some(&stored), &opts.dns_names, &opts.ip_addresses, now, opts.serving_lifetime)?
             }
         };
         // Replace carries the read resourceVersion: a concurrent write → 409.
@@ -1043,7 +1060,7 @@ mod tests {
     #[test]
     fn fresh_bundle_is_kept() {
         let (dns, ips) = sans();
-        let b = generate(&dns, &ips, t0()).unwrap();
+        let b = generate(&dns, &ips, t0(), SERVING_LIFETIME).unwrap();
         assert_eq!(decide(&b, &dns, &ips, t0()), Decision::Keep);
         assert_eq!(
             decide(&b, &dns, &ips, t0() + time::Duration::days(19)),
@@ -1059,13 +1076,13 @@ mod tests {
     #[test]
     fn serving_past_two_thirds_is_renewed_with_the_same_ca() {
         let (dns, ips) = sans();
-        let b = generate(&dns, &ips, t0()).unwrap();
+        let b = generate(&dns, &ips, t0(), SERVING_LIFETIME).unwrap();
         let later = t0() + time::Duration::days(21);
         assert!(matches!(
             decide(&b, &dns, &ips, later),
             Decision::RenewServing(_)
         ));
-        let r = renew_serving(&b, &dns, &ips, later).unwrap();
+        let r = renew_serving(&b, &dns, &ips, later, SERVING_LIFETIME).unwrap();
         assert_eq!(r.ca_bundle, b.ca_bundle, "the CA (and caBundle) is kept");
         assert_eq!(r.ca_key, b.ca_key);
         assert_ne!(r.cert, b.cert);
@@ -1075,7 +1092,7 @@ mod tests {
     #[test]
     fn other_sans_renew_the_serving_certificate() {
         let (dns, ips) = sans();
-        let b = generate(&dns, &ips, t0()).unwrap();
+        let b = generate(&dns, &ips, t0(), SERVING_LIFETIME).unwrap();
         let fewer = &dns[..1];
         assert!(matches!(
             decide(&b, fewer, &ips, t0()),
@@ -1085,15 +1102,15 @@ mod tests {
             decide(&b, &dns, &[], t0()),
             Decision::RenewServing(_)
         ));
-        let r = renew_serving(&b, fewer, &[], t0()).unwrap();
+        let r = renew_serving(&b, fewer, &[], t0(), SERVING_LIFETIME).unwrap();
         assert_eq!(decide(&r, fewer, &[], t0()), Decision::Keep);
     }
 
     #[test]
     fn a_foreign_or_broken_serving_certificate_is_renewed() {
         let (dns, ips) = sans();
-        let a = generate(&dns, &ips, t0()).unwrap();
-        let b = generate(&dns, &ips, t0()).unwrap();
+        let a = generate(&dns, &ips, t0(), SERVING_LIFETIME).unwrap();
+        let b = generate(&dns, &ips, t0(), SERVING_LIFETIME).unwrap();
         let foreign = Bundle {
             cert: b.cert.clone(),
             key: b.key.clone(),
@@ -1124,13 +1141,13 @@ mod tests {
     #[test]
     fn ca_near_expiry_renews_all_and_keeps_the_old_ca_trusted() {
         let (dns, ips) = sans();
-        let b = generate(&dns, &ips, t0()).unwrap();
+        let b = generate(&dns, &ips, t0(), SERVING_LIFETIME).unwrap();
         let later = t0() + time::Duration::days(250);
         assert_eq!(
             decide(&b, &dns, &ips, later),
             Decision::RenewAll("the CA is past 2/3 of its lifetime")
         );
-        let r = renew_all(Some(&b), &dns, &ips, later).unwrap();
+        let r = renew_all(Some(&b), &dns, &ips, later, SERVING_LIFETIME).unwrap();
         assert_eq!(certs_in(&r.ca_bundle), 2, "new CA + old CA");
         assert!(r.ca_bundle.ends_with(&b.ca_bundle), "old CA after the new");
         assert_ne!(r.ca_key, b.ca_key);
@@ -1144,16 +1161,16 @@ mod tests {
 
         // Once the old CA has expired, the next write drops it.
         let much_later = t0() + time::Duration::days(400);
-        let rr = renew_serving(&r, &dns, &ips, much_later).unwrap();
+        let rr = renew_serving(&r, &dns, &ips, much_later, SERVING_LIFETIME).unwrap();
         assert_eq!(certs_in(&rr.ca_bundle), 1);
     }
 
     #[test]
     fn serving_never_outlives_its_ca() {
         let (dns, ips) = sans();
-        let b = generate(&dns, &ips, t0()).unwrap();
+        let b = generate(&dns, &ips, t0(), SERVING_LIFETIME).unwrap();
         let late = t0() + time::Duration::days(360);
-        let r = renew_serving(&b, &dns, &ips, late).unwrap();
+        let r = renew_serving(&b, &dns, &ips, late, SERVING_LIFETIME).unwrap();
         let der = first_certificate(&r.cert, "x").unwrap();
         let cert = parse_der(&der, "x").unwrap();
         let ca_der = first_certificate(&b.ca_bundle, "x").unwrap();
@@ -1167,7 +1184,7 @@ mod tests {
     #[test]
     fn garbage_renews_all() {
         let (dns, ips) = sans();
-        let b = generate(&dns, &ips, t0()).unwrap();
+        let b = generate(&dns, &ips, t0(), SERVING_LIFETIME).unwrap();
         for broken in [
             Bundle::default(),
             Bundle {
@@ -1187,7 +1204,7 @@ mod tests {
                 matches!(decide(&broken, &dns, &ips, t0()), Decision::RenewAll(_)),
                 "{broken:?}"
             );
-            let r = renew_all(Some(&broken), &dns, &ips, t0()).unwrap();
+            let r = renew_all(Some(&broken), &dns, &ips, t0(), SERVING_LIFETIME).unwrap();
             assert_eq!(decide(&r, &dns, &ips, t0()), Decision::Keep);
         }
     }
@@ -1195,7 +1212,7 @@ mod tests {
     #[test]
     fn pem_round_trip() {
         let (dns, ips) = sans();
-        let b = generate(&dns, &ips, t0()).unwrap();
+        let b = generate(&dns, &ips, t0(), SERVING_LIFETIME).unwrap();
         assert_eq!(prune_ca_bundle(&b.ca_bundle, t0(), usize::MAX), b.ca_bundle);
         for n in 0..7usize {
             let data: Vec<u8> = (0..n as u8).collect();
@@ -1212,7 +1229,7 @@ mod tests {
     #[test]
     fn debug_hides_private_keys() {
         let (dns, ips) = sans();
-        let b = generate(&dns, &ips, t0()).unwrap();
+        let b = generate(&dns, &ips, t0(), SERVING_LIFETIME).unwrap();
         let shown = format!("{b:?}");
         assert!(!shown.contains("PRIVATE KEY"), "{shown}");
     }
@@ -1222,7 +1239,7 @@ mod tests {
         let (dns, ips) = sans();
         let now = OffsetDateTime::now_utc();
         let dir = tempfile::tempdir().unwrap();
-        let a = generate(&dns, &ips, now).unwrap();
+        let a = generate(&dns, &ips, now, SERVING_LIFETIME).unwrap();
         std::fs::write(dir.path().join(TLS_CRT), &a.cert).unwrap();
         std::fs::write(dir.path().join(TLS_KEY), &a.key).unwrap();
         let shutdown = CancellationToken::new();
@@ -1232,7 +1249,7 @@ mod tests {
         let first = resolver.leaf_der().unwrap();
 
         // A half-written pair (new cert, old key) keeps the current one.
-        let b = renew_serving(&a, &dns, &ips, now).unwrap();
+        let b = renew_serving(&a, &dns, &ips, now, SERVING_LIFETIME).unwrap();
         std::fs::write(dir.path().join(TLS_CRT), &b.cert).unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(resolver.leaf_der().unwrap(), first);

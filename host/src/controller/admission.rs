@@ -65,6 +65,14 @@ pub struct AdmissionArgs {
     /// under the webhooks' `timeoutSeconds`.
     #[arg(long, default_value_t = 3000)]
     pub admission_budget_ms: u64,
+    /// Lifetime of the serving certificates the operator issues (seconds;
+    /// each is renewed past 2/3 of it). The CA lives a year.
+    #[arg(long, default_value_t = 30 * 86_400)]
+    pub webhook_cert_validity_seconds: u64,
+    /// How often the certificate Secret and the CA bundles are checked
+    /// (seconds).
+    #[arg(long, default_value_t = 600)]
+    pub webhook_cert_check_seconds: u64,
 }
 
 /// Why the admission server could not start.
@@ -234,27 +242,19 @@ pub async fn start(
         Some(dir) => certs::from_dir(dir.clone(), shutdown.clone()).await?,
         None => {
             let ns = own_namespace();
-            let service = &args.webhook_service;
-            let mut dns_names = vec![
-                format!("{service}.{ns}.svc"),
-                format!("{service}.{ns}.svc.cluster.local"),
-            ];
-            let mut ip_addresses = Vec::new();
+            let mut opts = certs::CertOptions::for_service(&ns, &args.webhook_service);
             for h in &args.webhook_hosts {
                 match h.parse::<IpAddr>() {
-                    Ok(ip) => ip_addresses.push(ip),
-                    Err(_) => dns_names.push(h.clone()),
+                    Ok(ip) => opts.ip_addresses.push(ip),
+                    Err(_) => opts.dns_names.push(h.clone()),
                 }
             }
-            let opts = certs::CertOptions {
-                secret_namespace: ns,
-                secret_name: args.webhook_cert_secret.clone(),
-                dns_names,
-                ip_addresses,
-                mutating_configurations: vec![args.mutating_webhook_configuration.clone()],
-                validating_configurations: vec![args.validating_webhook_configuration.clone()],
-                ..certs::CertOptions::default()
-            };
+            opts.secret_name = args.webhook_cert_secret.clone();
+            opts.mutating_configurations = vec![args.mutating_webhook_configuration.clone()];
+            opts.validating_configurations = vec![args.validating_webhook_configuration.clone()];
+            opts.check_interval = Duration::from_secs(args.webhook_cert_check_seconds.max(1));
+            opts.serving_lifetime =
+                time::Duration::seconds(args.webhook_cert_validity_seconds.clamp(10, 10 * 365 * 86_400) as i64);
             certs::CertRotator::start(client.clone(), opts, shutdown.clone()).await?
         }
     };
