@@ -1083,9 +1083,18 @@ async fn allowed(client: &kube::Client, perm: Perm) -> bool {
     allowed_named(client, perm, None).await
 }
 
-/// Webhook objects the operator may touch only by name: (verb, resource,
-/// namespace, name, allowed).
-const NAMED: &[(&str, &str, &str, Option<&str>, &str, bool)] = &[
+/// A by-name check: (verb, group, resource, namespace, name, allowed).
+type NamedPerm = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    &'static str,
+    bool,
+);
+
+/// Webhook objects the operator may touch only by name.
+const NAMED: &[NamedPerm] = &[
     (
         "get",
         "admissionregistration.k8s.io",
