@@ -1,11 +1,13 @@
 //! The Trainforge operator library.
 //!
+//! - [`admission`]: the admission webhooks (TrainJob, runtimes, plugins).
 //! - [`crdgen`]: CRD YAML generation from the Rust API types (`trainforge crds`).
 //! - [`plugin`]: the sandboxed Wasm component runtime that runs framework plugins.
 //! - [`pipeline`]: the pure TrainJob + runtime → objects pipeline.
 //! - [`render`]: `trainforge render`, the pipeline without a cluster.
 //! - [`cli`]: the `trainforge` command line.
 
+pub mod admission;
 pub mod cli;
 pub mod controller;
 pub mod crdgen;

@@ -282,6 +282,18 @@ pub fn validate(
     runtime: &RuntimeObject,
     plugins: &PluginSet,
 ) -> Result<Vec<String>, PipelineError> {
+    validate_within(job, old, runtime, plugins, None)
+}
+
+/// [`validate`] with the plugin calls within a request budget (admission,
+/// see [`PluginSet::validate_input_within`]).
+pub fn validate_within(
+    job: &TrainJob,
+    old: Option<&TrainJob>,
+    runtime: &RuntimeObject,
+    plugins: &PluginSet,
+    budget: Option<&crate::plugin::ValidateBudget>,
+) -> Result<Vec<String>, PipelineError> {
     check_runtime_ref(job, runtime)?;
     let mut warnings = deprecation_warning(runtime).into_iter().collect::<Vec<_>>();
     let (info, merge_problems) = admission_info_for(job, runtime.spec())?;
@@ -308,7 +320,7 @@ pub fn validate(
     };
     // Through the set: it honours each plugin's phases and failure policy
     // (an ignored failure becomes a warning).
-    let v = plugins.validate_input(&input)?;
+    let v = plugins.validate_input_within(&input, budget)?;
     warnings.extend(v.warnings);
     warnings.extend(v.ignored);
     problems.extend(v.errors.into_iter().map(|e| Problem {

@@ -373,6 +373,10 @@ impl Guest for Hostile {
                 warnings: vec!["ok\nWarning: forged second warning".into()],
                 errors: vec![],
             }),
+            "loop-validate" => loop {
+                black_box(());
+            },
+            "trap-validate" => panic!("hostile validate trapped on purpose"),
             _ => Ok(Validation { warnings: vec![], errors: vec![] }),
         }
     }
