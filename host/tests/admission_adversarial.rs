@@ -32,7 +32,10 @@ impl RuntimeLookup for OneRuntime {
     fn training_runtime(&self, _: &str, _: &str) -> Result<Option<TrainingRuntime>, String> {
         Ok(None)
     }
-    fn cluster_training_runtime(&self, name: &str) -> Result<Option<ClusterTrainingRuntime>, String> {
+    fn cluster_training_runtime(
+        &self,
+        name: &str,
+    ) -> Result<Option<ClusterTrainingRuntime>, String> {
         Ok((name == "minimal").then(|| serde_json::from_value(runtime()).unwrap()))
     }
 }
@@ -84,7 +87,9 @@ async fn review(set: PluginSet, budget: Duration) -> (Value, Duration) {
         .await
         .unwrap();
     let took = start.elapsed();
-    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
     (serde_json::from_slice(&bytes).unwrap(), took)
 }
 
@@ -100,12 +105,18 @@ async fn a_looping_validate_is_cut_at_the_request_budget() {
     assert_eq!(out["response"]["allowed"], false, "{out}");
     let m = out["response"]["status"]["message"].as_str().unwrap();
     assert!(
-        m.starts_with("plugin \"slow-validator\" failed in validate (Timeout)") && m.contains("time limit"),
+        m.starts_with("plugin \"slow-validator\" failed in validate (Timeout)")
+            && m.contains("time limit"),
         "{m}"
     );
 
     let (out, took) = review(
-        hostile(&rt, "slow-validator", "loop-validate", FailurePolicy::Ignore),
+        hostile(
+            &rt,
+            "slow-validator",
+            "loop-validate",
+            FailurePolicy::Ignore,
+        ),
         Duration::from_millis(300),
     )
     .await;
@@ -125,12 +136,18 @@ async fn a_trapping_validate_follows_the_failure_policy() {
     .await;
     assert_eq!(out["response"]["allowed"], false, "{out}");
     let m = out["response"]["status"]["message"].as_str().unwrap();
-    assert!(m.starts_with("plugin \"trapper\" failed in validate (Trap)"), "{m}");
+    assert!(
+        m.starts_with("plugin \"trapper\" failed in validate (Trap)"),
+        "{m}"
+    );
     let (out, _) = review(
         hostile(&rt, "trapper", "trap-validate", FailurePolicy::Ignore),
         Duration::from_secs(3),
     )
     .await;
     assert_eq!(out["response"]["allowed"], true, "{out}");
-    assert!(out["response"]["warnings"].to_string().contains("trapper"), "{out}");
+    assert!(
+        out["response"]["warnings"].to_string().contains("trapper"),
+        "{out}"
+    );
 }

@@ -37,7 +37,9 @@ pub fn format_time(t: k8s_openapi::jiff::Timestamp) -> String {
 }
 
 fn runtime_patches(object: &Value) -> Option<&Vec<Value>> {
-    object.pointer("/spec/runtimePatches").and_then(Value::as_array)
+    object
+        .pointer("/spec/runtimePatches")
+        .and_then(Value::as_array)
 }
 
 fn without_time(patch: &Map<String, Value>) -> Map<String, Value> {
@@ -154,7 +156,10 @@ mod tests {
     #[test]
     fn create_sets_missing_times_and_keeps_given_ones() {
         let (t, n) = times(
-            job(json!([patch("a/m", "1", None), patch("b/m", "1", Some(T1))])),
+            job(json!([
+                patch("a/m", "1", None),
+                patch("b/m", "1", Some(T1))
+            ])),
             None,
         );
         assert_eq!(t, [some(NOW), some(T1)]);
@@ -208,16 +213,19 @@ mod tests {
             patch("b/m", "1", None),
             patch("c/m", "1", Some(T2))
         ]));
-        assert_eq!(
-            times(new, Some(old)).0,
-            [some(T1), some(NOW), some(T2)]
-        );
+        assert_eq!(times(new, Some(old)).0, [some(T1), some(NOW), some(T2)]);
     }
 
     #[test]
     fn update_only_the_changed_patch_gets_a_new_time() {
-        let old = job(json!([patch("a/m", "1", Some(T1)), patch("b/m", "1", Some(T2))]));
-        let new = job(json!([patch("a/m", "1", Some(T1)), patch("b/m", "9", Some(T2))]));
+        let old = job(json!([
+            patch("a/m", "1", Some(T1)),
+            patch("b/m", "1", Some(T2))
+        ]));
+        let new = job(json!([
+            patch("a/m", "1", Some(T1)),
+            patch("b/m", "9", Some(T2))
+        ]));
         assert_eq!(times(new, Some(old)).0, [some(T1), some(NOW)]);
     }
 
@@ -241,9 +249,17 @@ mod tests {
         assert!(default_trainjob(&j, None, NOW).unwrap().is_none());
         assert!(default_trainjob(&json!({}), None, NOW).unwrap().is_none());
         assert!(default_trainjob(&json!("x"), None, NOW).unwrap().is_none());
-        assert!(default_trainjob(&job(json!([])), None, NOW).unwrap().is_none());
+        assert!(
+            default_trainjob(&job(json!([])), None, NOW)
+                .unwrap()
+                .is_none()
+        );
         // Entries that are not objects are skipped.
-        assert!(default_trainjob(&job(json!([1, "x"])), None, NOW).unwrap().is_none());
+        assert!(
+            default_trainjob(&job(json!([1, "x"])), None, NOW)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]

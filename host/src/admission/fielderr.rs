@@ -127,24 +127,74 @@ mod tests {
     fn every_type_prints_like_kubernetes() {
         use FieldErrorType::*;
         let cases = [
-            (Invalid, Some(r#""PET_NODE_RANK""#), "d", r#"spec.x: Invalid value: "PET_NODE_RANK": d"#),
-            (Invalid, Some("2"), "always must be 1", "spec.x: Invalid value: 2: always must be 1"),
+            (
+                Invalid,
+                Some(r#""PET_NODE_RANK""#),
+                "d",
+                r#"spec.x: Invalid value: "PET_NODE_RANK": d"#,
+            ),
+            (
+                Invalid,
+                Some("2"),
+                "always must be 1",
+                "spec.x: Invalid value: 2: always must be 1",
+            ),
             (Invalid, None, "d", "spec.x: Invalid value: d"),
             (Invalid, Some("true"), "", "spec.x: Invalid value: true"),
-            (Invalid, Some("null"), "d", r#"spec.x: Invalid value: "null": d"#),
+            (
+                Invalid,
+                Some("null"),
+                "d",
+                r#"spec.x: Invalid value: "null": d"#,
+            ),
             (Invalid, Some("1.5"), "d", "spec.x: Invalid value: 1.5: d"),
-            (Invalid, Some(r#"["a",1]"#), "d", r#"spec.x: Invalid value: ["a",1]: d"#),
-            (Invalid, Some("not json"), "d", r#"spec.x: Invalid value: "not json": d"#),
+            (
+                Invalid,
+                Some(r#"["a",1]"#),
+                "d",
+                r#"spec.x: Invalid value: ["a",1]: d"#,
+            ),
+            (
+                Invalid,
+                Some("not json"),
+                "d",
+                r#"spec.x: Invalid value: "not json": d"#,
+            ),
             (Required, Some(r#""""#), "d", "spec.x: Required value: d"),
             (Required, None, "", "spec.x: Required value"),
             (Forbidden, Some(r#""v""#), "d", "spec.x: Forbidden: d"),
             (NotFound, Some(r#""n""#), "", r#"spec.x: Not found: "n""#),
-            (Duplicate, Some(r#""n""#), "", r#"spec.x: Duplicate value: "n""#),
-            (NotSupported, Some(r#""z""#), r#"supported values: "a", "b""#, r#"spec.x: Unsupported value: "z": supported values: "a", "b""#),
-            (TooLong, Some(r#""xxxx""#), "may not be more than 3 bytes", "spec.x: Too long: may not be more than 3 bytes"),
-            (TooMany, Some("5"), "must have at most 3 items", "spec.x: Too many: 5: must have at most 3 items"),
+            (
+                Duplicate,
+                Some(r#""n""#),
+                "",
+                r#"spec.x: Duplicate value: "n""#,
+            ),
+            (
+                NotSupported,
+                Some(r#""z""#),
+                r#"supported values: "a", "b""#,
+                r#"spec.x: Unsupported value: "z": supported values: "a", "b""#,
+            ),
+            (
+                TooLong,
+                Some(r#""xxxx""#),
+                "may not be more than 3 bytes",
+                "spec.x: Too long: may not be more than 3 bytes",
+            ),
+            (
+                TooMany,
+                Some("5"),
+                "must have at most 3 items",
+                "spec.x: Too many: 5: must have at most 3 items",
+            ),
             (Internal, Some("1"), "boom", "spec.x: Internal error: boom"),
-            (TypeInvalid, Some(r#""s""#), "expected int", r#"spec.x: Invalid type: "s": expected int"#),
+            (
+                TypeInvalid,
+                Some(r#""s""#),
+                "expected int",
+                r#"spec.x: Invalid type: "s": expected int"#,
+            ),
         ];
         for (t, v, d, want) in cases {
             assert_eq!(render_field_error(&fe(t, v, d)), want, "{t:?}");

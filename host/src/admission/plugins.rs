@@ -174,8 +174,9 @@ mod tests {
         let v = review(json!({"source": {"builtin": "tensorflow"}}));
         assert!(!v.allowed);
         assert!(
-            v.message
-                .starts_with("spec.source.builtin: Unsupported value: \"tensorflow\": supported values: "),
+            v.message.starts_with(
+                "spec.source.builtin: Unsupported value: \"tensorflow\": supported values: "
+            ),
             "{}",
             v.message
         );
@@ -185,9 +186,18 @@ mod tests {
     #[test]
     fn bad_limits_are_refused_on_their_field() {
         let v = review(json!({"source": {"builtin": "torch"}, "limits": {"timeout": "forever"}}));
-        assert!(v.message.starts_with("spec.limits.timeout: Invalid value: "), "{}", v.message);
+        assert!(
+            v.message
+                .starts_with("spec.limits.timeout: Invalid value: "),
+            "{}",
+            v.message
+        );
         let v = review(json!({"source": {"builtin": "torch"}, "limits": {"memory": "2Gi"}}));
-        assert!(v.message.starts_with("spec.limits.memory: Invalid value: "), "{}", v.message);
+        assert!(
+            v.message.starts_with("spec.limits.memory: Invalid value: "),
+            "{}",
+            v.message
+        );
     }
 
     #[test]
@@ -195,7 +205,19 @@ mod tests {
         let v = review(json!({"source": {"url": "https://example.invalid/p.wasm"},
             "sha256": "0000000000000000000000000000000000000000000000000000000000000000"}));
         assert!(v.allowed, "{v:?}");
-        assert!(review_plugin(Operation::Delete, &json!(null), &rt, Duration::from_secs(1)).unwrap().allowed);
-        assert!(review_plugin(Operation::Create, &json!({"spec": 1}), &rt, Duration::from_secs(1)).is_err());
+        assert!(
+            review_plugin(Operation::Delete, &json!(null), &rt, Duration::from_secs(1))
+                .unwrap()
+                .allowed
+        );
+        assert!(
+            review_plugin(
+                Operation::Create,
+                &json!({"spec": 1}),
+                &rt,
+                Duration::from_secs(1)
+            )
+            .is_err()
+        );
     }
 }

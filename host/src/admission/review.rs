@@ -151,8 +151,7 @@ pub fn response_body(request: &Request, verdict: &Verdict) -> Result<Vec<u8>, Re
     let mut resp = AdmissionResponse::from(&request.raw);
     if !verdict.allowed {
         resp.allowed = false;
-        resp.result =
-            Status::failure(&verdict.message, &verdict.reason).with_code(verdict.code);
+        resp.result = Status::failure(&verdict.message, &verdict.reason).with_code(verdict.code);
     }
     if !verdict.warnings.is_empty() {
         resp.warnings = Some(verdict.warnings.clone());
@@ -166,8 +165,8 @@ pub fn response_body(request: &Request, verdict: &Verdict) -> Result<Vec<u8>, Re
         serde_json::to_value(resp.into_review()).map_err(|e| ReviewError::Encode(e.to_string()))?;
     // The API server reads `patch` as base64 (Go `[]byte`).
     if let Some(slot) = json.pointer_mut("/response/patch") {
-        let bytes: Vec<u8> = serde_json::from_value(slot.take())
-            .map_err(|e| ReviewError::Encode(e.to_string()))?;
+        let bytes: Vec<u8> =
+            serde_json::from_value(slot.take()).map_err(|e| ReviewError::Encode(e.to_string()))?;
         *slot = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
     }
     serde_json::to_vec(&json).map_err(|e| ReviewError::Encode(e.to_string()))
@@ -191,14 +190,20 @@ mod tests {
 
     #[test]
     fn round_trip_with_patch_and_denial() {
-        let req = parse_review(&review("CREATE", json!({"apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "TrainJob", "metadata": {"name": "j"}, "spec": {"x": 1}}), None)).unwrap();
+        let req = parse_review(&review(
+            "CREATE",
+            json!({"apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob", "metadata": {"name": "j"}, "spec": {"x": 1}}),
+            None,
+        ))
+        .unwrap();
         assert_eq!(req.object["spec"]["x"], 1);
         assert_eq!(req.operation(), Operation::Create);
         let patch: json_patch::Patch =
             serde_json::from_value(json!([{"op": "add", "path": "/spec/y", "value": 2}])).unwrap();
         let out: Value =
-            serde_json::from_slice(&response_body(&req, &Verdict::patched(Some(patch))).unwrap()).unwrap();
+            serde_json::from_slice(&response_body(&req, &Verdict::patched(Some(patch))).unwrap())
+                .unwrap();
         assert_eq!(out["response"]["uid"], "u-1");
         assert_eq!(out["response"]["allowed"], true);
         assert_eq!(out["response"]["patchType"], "JSONPatch");
@@ -210,7 +215,11 @@ mod tests {
             json!([{"op": "add", "path": "/spec/y", "value": 2}])
         );
         let denied: Value = serde_json::from_slice(
-            &response_body(&req, &Verdict::deny(403, "Forbidden", "no", vec!["w".into()])).unwrap(),
+            &response_body(
+                &req,
+                &Verdict::deny(403, "Forbidden", "no", vec!["w".into()]),
+            )
+            .unwrap(),
         )
         .unwrap();
         assert_eq!(denied["response"]["allowed"], false);
@@ -224,7 +233,10 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error() {
-        assert!(matches!(parse_review(b"not json"), Err(ReviewError::Decode(_))));
+        assert!(matches!(
+            parse_review(b"not json"),
+            Err(ReviewError::Decode(_))
+        ));
         assert!(matches!(
             parse_review(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#),
             Err(ReviewError::NoRequest)

@@ -200,9 +200,16 @@ fn operation_name(op: &Operation) -> &'static str {
 }
 
 /// The decision, on a blocking thread.
-fn decide(state: &AdmissionState, webhook: Webhook, req: &Request, plugins: &PluginSet, budget: &ValidateBudget) -> Verdict {
+fn decide(
+    state: &AdmissionState,
+    webhook: Webhook,
+    req: &Request,
+    plugins: &PluginSet,
+    budget: &ValidateBudget,
+) -> Verdict {
     let op = req.operation();
-    let bad_request = |e: &dyn std::fmt::Display| Verdict::deny(400, "BadRequest", e.to_string(), Vec::new());
+    let bad_request =
+        |e: &dyn std::fmt::Display| Verdict::deny(400, "BadRequest", e.to_string(), Vec::new());
     match webhook {
         Webhook::MutateTrainJob => {
             if !matches!(op, Operation::Create | Operation::Update) {
@@ -228,20 +235,25 @@ fn decide(state: &AdmissionState, webhook: Webhook, req: &Request, plugins: &Plu
         )
         .unwrap_or_else(|e| bad_request(&e)),
         Webhook::ValidateTrainingRuntime => {
-            review_runtime(RuntimeKind::Namespaced, op, &req.object).unwrap_or_else(|e| bad_request(&e))
+            review_runtime(RuntimeKind::Namespaced, op, &req.object)
+                .unwrap_or_else(|e| bad_request(&e))
         }
         Webhook::ValidateClusterTrainingRuntime => {
-            review_runtime(RuntimeKind::Cluster, op, &req.object).unwrap_or_else(|e| bad_request(&e))
+            review_runtime(RuntimeKind::Cluster, op, &req.object)
+                .unwrap_or_else(|e| bad_request(&e))
         }
-        Webhook::ValidateClusterTrainerPlugin => {
-            review_plugin(op, &req.object, &|| state.plugin_runtime(), budget.remaining())
-                .unwrap_or_else(|e| match e {
-                    super::plugins::PluginReviewError::Runtime(_) => {
-                        Verdict::deny(500, "InternalError", e.to_string(), Vec::new())
-                    }
-                    super::plugins::PluginReviewError::Decode(_) => bad_request(&e),
-                })
-        }
+        Webhook::ValidateClusterTrainerPlugin => review_plugin(
+            op,
+            &req.object,
+            &|| state.plugin_runtime(),
+            budget.remaining(),
+        )
+        .unwrap_or_else(|e| match e {
+            super::plugins::PluginReviewError::Runtime(_) => {
+                Verdict::deny(500, "InternalError", e.to_string(), Vec::new())
+            }
+            super::plugins::PluginReviewError::Decode(_) => bad_request(&e),
+        }),
     }
 }
 
@@ -265,7 +277,9 @@ fn deadline_verdict(plugins: &PluginSet, budget: &ValidateBudget, allowed: Durat
         "plugin {name:?} failed in validate (Timeout): still running when the {ms} ms admission deadline passed"
     );
     match policy {
-        FailurePolicy::Ignore => Verdict::allow(vec![format!("{what}, ignored (failurePolicy Ignore)")]),
+        FailurePolicy::Ignore => {
+            Verdict::allow(vec![format!("{what}, ignored (failurePolicy Ignore)")])
+        }
         _ => Verdict::deny(500, "InternalError", what, Vec::new()),
     }
 }
@@ -307,7 +321,8 @@ async fn handle(state: Arc<AdmissionState>, webhook: Webhook, body: Bytes) -> Re
         } else {
             let allowed = state.budget.saturating_add(DEADLINE_MARGIN);
             let task = {
-                let (state, plugins, budget, req) = (state.clone(), plugins.clone(), budget.clone(), req.clone());
+                let (state, plugins, budget, req) =
+                    (state.clone(), plugins.clone(), budget.clone(), req.clone());
                 let span = tracing::Span::current();
                 tokio::task::spawn_blocking(move || {
                     let _g = span.enter();
@@ -341,11 +356,18 @@ async fn handle(state: Arc<AdmissionState>, webhook: Webhook, body: Bytes) -> Re
             (false, 403) => "denied",
             _ => "error",
         };
-        state
-            .metrics
-            .admission_done(webhook.label(), operation_name(&op), result, start.elapsed());
+        state.metrics.admission_done(
+            webhook.label(),
+            operation_name(&op),
+            result,
+            start.elapsed(),
+        );
         if verdict.allowed {
-            tracing::debug!(warnings = verdict.warnings.len(), patched = verdict.patch.is_some(), "admitted");
+            tracing::debug!(
+                warnings = verdict.warnings.len(),
+                patched = verdict.patch.is_some(),
+                "admitted"
+            );
         } else {
             tracing::info!(code = verdict.code, message = %verdict.message, "denied");
         }
@@ -394,13 +416,24 @@ mod tests {
 
     async fn post(router: Router, path: &str, body: Vec<u8>) -> (StatusCode, Value, String) {
         let resp = router
-            .oneshot(HttpRequest::post(path).header("content-type", "application/json").body(Body::from(body)).unwrap())
+            .oneshot(
+                HttpRequest::post(path)
+                    .header("content-type", "application/json")
+                    .body(Body::from(body))
+                    .unwrap(),
+            )
             .await
             .unwrap();
         let status = resp.status();
-        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
         let text = String::from_utf8_lossy(&bytes).into_owned();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null), text)
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            text,
+        )
     }
 
     fn tj(kind: &str, name: &str, trainer: Value) -> Value {
@@ -410,13 +443,33 @@ mod tests {
     #[tokio::test]
     async fn trainjob_validation_allows_and_denies() {
         let (s, metrics) = state(FailurePolicy::Fail, DEFAULT_BUDGET);
-        let (code, out, _) = post(router(s.clone()), PATH_VALIDATE_TRAINJOB,
-            review(GROUP, "TrainJob", "CREATE", tj("TrainingRuntime", "torch", json!({})), None)).await;
+        let (code, out, _) = post(
+            router(s.clone()),
+            PATH_VALIDATE_TRAINJOB,
+            review(
+                GROUP,
+                "TrainJob",
+                "CREATE",
+                tj("TrainingRuntime", "torch", json!({})),
+                None,
+            ),
+        )
+        .await;
         assert_eq!(code, StatusCode::OK);
         assert_eq!(out["response"]["uid"], "uid-7");
         assert_eq!(out["response"]["allowed"], true, "{out}");
-        let (_, out, _) = post(router(s), PATH_VALIDATE_TRAINJOB,
-            review(GROUP, "TrainJob", "CREATE", tj("TrainingRuntime", "nope", json!({})), None)).await;
+        let (_, out, _) = post(
+            router(s),
+            PATH_VALIDATE_TRAINJOB,
+            review(
+                GROUP,
+                "TrainJob",
+                "CREATE",
+                tj("TrainingRuntime", "nope", json!({})),
+                None,
+            ),
+        )
+        .await;
         assert_eq!(out["response"]["allowed"], false);
         assert_eq!(out["response"]["status"]["code"], 403);
         assert_eq!(out["response"]["status"]["reason"], "Forbidden");
@@ -426,20 +479,43 @@ mod tests {
         );
         let text = metrics.encode();
         assert!(text.contains(r#"trainforge_admission_requests_total{webhook="trainjob",operation="CREATE",result="denied"} 1"#), "{text}");
-        assert!(text.contains(r#"trainforge_admission_plugin_calls_total{plugin="jobset",result="ok"} 1"#), "{text}");
+        assert!(
+            text.contains(
+                r#"trainforge_admission_plugin_calls_total{plugin="jobset",result="ok"} 1"#
+            ),
+            "{text}"
+        );
     }
 
     #[tokio::test]
     async fn a_spent_budget_denies_naming_the_plugin_and_counts_the_failure() {
         let (s, metrics) = state(FailurePolicy::Fail, Duration::ZERO);
-        let (_, out, _) = post(router(s), PATH_VALIDATE_TRAINJOB,
-            review(GROUP, "TrainJob", "CREATE", tj("TrainingRuntime", "torch", json!({})), None)).await;
+        let (_, out, _) = post(
+            router(s),
+            PATH_VALIDATE_TRAINJOB,
+            review(
+                GROUP,
+                "TrainJob",
+                "CREATE",
+                tj("TrainingRuntime", "torch", json!({})),
+                None,
+            ),
+        )
+        .await;
         assert_eq!(out["response"]["allowed"], false);
         assert_eq!(out["response"]["status"]["code"], 500);
         let m = out["response"]["status"]["message"].as_str().unwrap();
-        assert!(m.starts_with("plugin \"jobset\" failed in validate (Timeout)"), "{m}");
+        assert!(
+            m.starts_with("plugin \"jobset\" failed in validate (Timeout)"),
+            "{m}"
+        );
         let text = metrics.encode();
-        assert!(text.contains(r#"trainforge_admission_plugin_failures_total{plugin="jobset",reason="Timeout"} 1"#), "{text}");
+        assert!(
+            text.contains(
+                r#"trainforge_admission_plugin_failures_total{plugin="jobset",reason="Timeout"} 1"#
+            ),
+            "{text}"
+        );
         assert!(text.contains(r#"result="error"} 1"#), "{text}");
     }
 
@@ -448,8 +524,12 @@ mod tests {
         let (s, _) = state(FailurePolicy::Fail, DEFAULT_BUDGET);
         let mut j = tj("TrainingRuntime", "torch", json!({}));
         j["spec"]["runtimePatches"] = json!([{"manager": "kueue.x-k8s.io/manager"}]);
-        let (code, out, _) = post(router(s.clone()), PATH_MUTATE_TRAINJOB,
-            review(GROUP, "TrainJob", "CREATE", j.clone(), None)).await;
+        let (code, out, _) = post(
+            router(s.clone()),
+            PATH_MUTATE_TRAINJOB,
+            review(GROUP, "TrainJob", "CREATE", j.clone(), None),
+        )
+        .await;
         assert_eq!(code, StatusCode::OK);
         assert_eq!(out["response"]["allowed"], true);
         assert_eq!(out["response"]["patchType"], "JSONPatch");
@@ -461,8 +541,18 @@ mod tests {
             json!([{"op": "add", "path": "/spec/runtimePatches/0/time", "value": "2026-11-24T09:00:00Z"}])
         );
         // Nothing to change: no patch.
-        let (_, out, _) = post(router(s), PATH_MUTATE_TRAINJOB,
-            review(GROUP, "TrainJob", "CREATE", tj("TrainingRuntime", "torch", json!({})), None)).await;
+        let (_, out, _) = post(
+            router(s),
+            PATH_MUTATE_TRAINJOB,
+            review(
+                GROUP,
+                "TrainJob",
+                "CREATE",
+                tj("TrainingRuntime", "torch", json!({})),
+                None,
+            ),
+        )
+        .await;
         assert_eq!(out["response"]["allowed"], true);
         assert!(out["response"].get("patch").is_none(), "{out}");
     }
@@ -473,19 +563,31 @@ mod tests {
         let good = crate::admission::test_support::torch_runtime("TrainingRuntime", "t", json!({}));
         let mut bad = good.clone();
         bad["spec"]["template"]["spec"]["replicatedJobs"][0]["replicas"] = json!(2);
-        let (_, out, _) = post(router(s.clone()), PATH_VALIDATE_TRAINING_RUNTIME,
-            review(GROUP, "TrainingRuntime", "CREATE", good.clone(), None)).await;
+        let (_, out, _) = post(
+            router(s.clone()),
+            PATH_VALIDATE_TRAINING_RUNTIME,
+            review(GROUP, "TrainingRuntime", "CREATE", good.clone(), None),
+        )
+        .await;
         assert_eq!(out["response"]["allowed"], true, "{out}");
-        let (_, out, _) = post(router(s.clone()), PATH_VALIDATE_TRAINING_RUNTIME,
-            review(GROUP, "TrainingRuntime", "CREATE", bad.clone(), None)).await;
+        let (_, out, _) = post(
+            router(s.clone()),
+            PATH_VALIDATE_TRAINING_RUNTIME,
+            review(GROUP, "TrainingRuntime", "CREATE", bad.clone(), None),
+        )
+        .await;
         assert_eq!(
             out["response"]["status"]["message"],
             "spec.template.spec.replicatedJobs[0].replicas: Invalid value: 2: always must be 1"
         );
         let mut cbad = bad.clone();
         cbad["kind"] = json!("ClusterTrainingRuntime");
-        let (_, out, _) = post(router(s.clone()), PATH_VALIDATE_CLUSTER_TRAINING_RUNTIME,
-            review(GROUP, "ClusterTrainingRuntime", "UPDATE", cbad, Some(good))).await;
+        let (_, out, _) = post(
+            router(s.clone()),
+            PATH_VALIDATE_CLUSTER_TRAINING_RUNTIME,
+            review(GROUP, "ClusterTrainingRuntime", "UPDATE", cbad, Some(good)),
+        )
+        .await;
         assert_eq!(out["response"]["allowed"], false, "{out}");
         assert_eq!(out["response"]["status"]["code"], 403);
     }
@@ -493,34 +595,89 @@ mod tests {
     #[tokio::test]
     async fn plugin_path() {
         let (s, _) = state(FailurePolicy::Fail, DEFAULT_BUDGET);
-        let ctp = |b: &str| json!({"apiVersion": "trainforge.dev/v1alpha1", "kind": "ClusterTrainerPlugin",
-            "metadata": {"name": "p"}, "spec": {"source": {"builtin": b}}});
-        let (_, out, _) = post(router(s.clone()), PATH_VALIDATE_CLUSTER_TRAINER_PLUGIN,
-            review("trainforge.dev", "ClusterTrainerPlugin", "CREATE", ctp("torch"), None)).await;
+        let ctp = |b: &str| {
+            json!({"apiVersion": "trainforge.dev/v1alpha1", "kind": "ClusterTrainerPlugin",
+            "metadata": {"name": "p"}, "spec": {"source": {"builtin": b}}})
+        };
+        let (_, out, _) = post(
+            router(s.clone()),
+            PATH_VALIDATE_CLUSTER_TRAINER_PLUGIN,
+            review(
+                "trainforge.dev",
+                "ClusterTrainerPlugin",
+                "CREATE",
+                ctp("torch"),
+                None,
+            ),
+        )
+        .await;
         assert_eq!(out["response"]["allowed"], true, "{out}");
-        let (_, out, _) = post(router(s), PATH_VALIDATE_CLUSTER_TRAINER_PLUGIN,
-            review("trainforge.dev", "ClusterTrainerPlugin", "CREATE", ctp("nope"), None)).await;
+        let (_, out, _) = post(
+            router(s),
+            PATH_VALIDATE_CLUSTER_TRAINER_PLUGIN,
+            review(
+                "trainforge.dev",
+                "ClusterTrainerPlugin",
+                "CREATE",
+                ctp("nope"),
+                None,
+            ),
+        )
+        .await;
         assert_eq!(out["response"]["allowed"], false);
-        assert!(out["response"]["status"]["message"].as_str().unwrap()
-            .starts_with("spec.source.builtin: Unsupported value: \"nope\": supported values: "), "{out}");
+        assert!(
+            out["response"]["status"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(
+                    "spec.source.builtin: Unsupported value: \"nope\": supported values: "
+                ),
+            "{out}"
+        );
     }
 
     #[tokio::test]
     async fn garbage_wrong_kinds_and_huge_bodies() {
         let (s, metrics) = state(FailurePolicy::Fail, DEFAULT_BUDGET);
-        for path in [PATH_MUTATE_TRAINJOB, PATH_VALIDATE_TRAINJOB, PATH_VALIDATE_TRAINING_RUNTIME,
-            PATH_VALIDATE_CLUSTER_TRAINING_RUNTIME, PATH_VALIDATE_CLUSTER_TRAINER_PLUGIN] {
+        for path in [
+            PATH_MUTATE_TRAINJOB,
+            PATH_VALIDATE_TRAINJOB,
+            PATH_VALIDATE_TRAINING_RUNTIME,
+            PATH_VALIDATE_CLUSTER_TRAINING_RUNTIME,
+            PATH_VALIDATE_CLUSTER_TRAINER_PLUGIN,
+        ] {
             let (code, _, text) = post(router(s.clone()), path, b"{not json".to_vec()).await;
             assert_eq!(code, StatusCode::BAD_REQUEST, "{path}");
             assert!(text.contains("not an AdmissionReview"), "{text}");
-            let (code, _, text) = post(router(s.clone()), path, br#"{"kind":"AdmissionReview"}"#.to_vec()).await;
+            let (code, _, text) = post(
+                router(s.clone()),
+                path,
+                br#"{"kind":"AdmissionReview"}"#.to_vec(),
+            )
+            .await;
             assert_eq!(code, StatusCode::BAD_REQUEST, "{text}");
             // A request for another kind gets a review saying so.
-            let (code, out, _) = post(router(s.clone()), path,
-                review("apps", "Deployment", "CREATE", json!({"metadata": {"name": "d"}}), None)).await;
+            let (code, out, _) = post(
+                router(s.clone()),
+                path,
+                review(
+                    "apps",
+                    "Deployment",
+                    "CREATE",
+                    json!({"metadata": {"name": "d"}}),
+                    None,
+                ),
+            )
+            .await;
             assert_eq!(code, StatusCode::OK);
             assert_eq!(out["response"]["allowed"], false);
-            assert!(out["response"]["status"]["message"].as_str().unwrap().contains("not Deployment.apps"), "{out}");
+            assert!(
+                out["response"]["status"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("not Deployment.apps"),
+                "{out}"
+            );
             // Odd objects are answered, never a panic.
             let (group, kind) = match path {
                 PATH_VALIDATE_TRAINING_RUNTIME => (GROUP, "TrainingRuntime"),
@@ -529,19 +686,45 @@ mod tests {
                 _ => (GROUP, "TrainJob"),
             };
             let huge: Vec<Value> = (0..20_000).map(|i| json!(i)).collect();
-            for object in [json!({}), json!({"metadata": {"name": "x"}, "spec": "wrong"}),
-                json!({"metadata": {"name": "x"}, "spec": {"runtimePatches": huge, "template": [1]}})] {
-                let (code, out, _) = post(router(s.clone()), path,
-                    review(group, kind, "CREATE", object.clone(), None)).await;
+            for object in [
+                json!({}),
+                json!({"metadata": {"name": "x"}, "spec": "wrong"}),
+                json!({"metadata": {"name": "x"}, "spec": {"runtimePatches": huge, "template": [1]}}),
+            ] {
+                let (code, out, _) = post(
+                    router(s.clone()),
+                    path,
+                    review(group, kind, "CREATE", object.clone(), None),
+                )
+                .await;
                 assert_eq!(code, StatusCode::OK, "{path} {out}");
                 assert_eq!(out["response"]["uid"], "uid-7");
-                let (code, _, _) = post(router(s.clone()), path,
-                    review(group, kind, "UPDATE", object, Some(json!({"metadata": {"name": "x"}})))).await;
+                let (code, _, _) = post(
+                    router(s.clone()),
+                    path,
+                    review(
+                        group,
+                        kind,
+                        "UPDATE",
+                        object,
+                        Some(json!({"metadata": {"name": "x"}})),
+                    ),
+                )
+                .await;
                 assert_eq!(code, StatusCode::OK);
             }
         }
-        let (code, _, _) = post(router(s), PATH_VALIDATE_TRAINJOB, vec![b' '; MAX_BODY_BYTES + 1]).await;
+        let (code, _, _) = post(
+            router(s),
+            PATH_VALIDATE_TRAINJOB,
+            vec![b' '; MAX_BODY_BYTES + 1],
+        )
+        .await;
         assert_eq!(code, StatusCode::PAYLOAD_TOO_LARGE);
-        assert!(metrics.encode().contains(r#"operation="UNKNOWN",result="error""#));
+        assert!(
+            metrics
+                .encode()
+                .contains(r#"operation="UNKNOWN",result="error""#)
+        );
     }
 }

@@ -197,12 +197,18 @@ mod tests {
 
     use super::*;
 
-    fn job(name: &str, ancestor: Option<&str>, replicas: Option<i32>, containers: &[&str]) -> Value {
+    fn job(
+        name: &str,
+        ancestor: Option<&str>,
+        replicas: Option<i32>,
+        containers: &[&str],
+    ) -> Value {
         let mut j = json!({"name": name, "template": {"spec": {"template": {"spec": {
             "containers": containers.iter().map(|c| json!({"name": c, "image": "busybox"})).collect::<Vec<_>>()
         }}}}});
         if let Some(a) = ancestor {
-            j["template"]["metadata"] = json!({"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": a}});
+            j["template"]["metadata"] =
+                json!({"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": a}});
         }
         if let Some(r) = replicas {
             j["replicas"] = json!(r);
@@ -222,11 +228,25 @@ mod tests {
 
     #[test]
     fn valid_runtime_is_allowed() {
-        let rt = runtime("TrainingRuntime", json!({}), vec![
-            job("dataset-initializer", Some("dataset-initializer"), Some(1), &["dataset-initializer"]),
-            job("model-initializer", Some("model-initializer"), None, &["model-initializer"]),
-            job("node", Some("trainer"), Some(1), &["node", "sidecar"]),
-        ]);
+        let rt = runtime(
+            "TrainingRuntime",
+            json!({}),
+            vec![
+                job(
+                    "dataset-initializer",
+                    Some("dataset-initializer"),
+                    Some(1),
+                    &["dataset-initializer"],
+                ),
+                job(
+                    "model-initializer",
+                    Some("model-initializer"),
+                    None,
+                    &["model-initializer"],
+                ),
+                job("node", Some("trainer"), Some(1), &["node", "sidecar"]),
+            ],
+        );
         let v = review_runtime(RuntimeKind::Namespaced, Operation::Create, &rt).unwrap();
         assert!(v.allowed, "{v:?}");
         assert!(v.warnings.is_empty());
@@ -234,18 +254,28 @@ mod tests {
 
     #[test]
     fn unknown_ancestor_and_unlabelled_jobs_are_ignored() {
-        let rt = runtime("TrainingRuntime", json!({}), vec![
-            job("x", Some("something-else"), Some(3), &["whatever"]),
-            job("y", None, Some(5), &["whatever"]),
-        ]);
-        assert!(review_runtime(RuntimeKind::Namespaced, Operation::Create, &rt).unwrap().allowed);
+        let rt = runtime(
+            "TrainingRuntime",
+            json!({}),
+            vec![
+                job("x", Some("something-else"), Some(3), &["whatever"]),
+                job("y", None, Some(5), &["whatever"]),
+            ],
+        );
+        assert!(
+            review_runtime(RuntimeKind::Namespaced, Operation::Create, &rt)
+                .unwrap()
+                .allowed
+        );
     }
 
     #[test]
     fn invalid_replicas_is_refused() {
-        let rt = runtime("ClusterTrainingRuntime", json!({}), vec![
-            job("node", Some("trainer"), Some(2), &["node"]),
-        ]);
+        let rt = runtime(
+            "ClusterTrainingRuntime",
+            json!({}),
+            vec![job("node", Some("trainer"), Some(2), &["node"])],
+        );
         let v = review_runtime(RuntimeKind::Cluster, Operation::Create, &rt).unwrap();
         assert!(!v.allowed);
         assert_eq!((v.code, v.reason.as_str()), (403, "Forbidden"));
@@ -257,10 +287,14 @@ mod tests {
 
     #[test]
     fn missing_required_container_is_refused() {
-        let rt = runtime("TrainingRuntime", json!({}), vec![
-            job("init", Some("model-initializer"), Some(1), &["other"]),
-            job("node", Some("trainer"), Some(3), &["trainer"]),
-        ]);
+        let rt = runtime(
+            "TrainingRuntime",
+            json!({}),
+            vec![
+                job("init", Some("model-initializer"), Some(1), &["other"]),
+                job("node", Some("trainer"), Some(3), &["trainer"]),
+            ],
+        );
         let v = review_runtime(RuntimeKind::Namespaced, Operation::Create, &rt).unwrap();
         assert_eq!(
             message(&v),
@@ -272,26 +306,68 @@ mod tests {
 
     #[test]
     fn training_runtime_updates_are_not_validated_cluster_ones_are() {
-        let bad = |kind| runtime(kind, json!({}), vec![job("node", Some("trainer"), Some(2), &["node"])]);
-        assert!(review_runtime(RuntimeKind::Namespaced, Operation::Update, &bad("TrainingRuntime")).unwrap().allowed);
-        assert!(!review_runtime(RuntimeKind::Cluster, Operation::Update, &bad("ClusterTrainingRuntime")).unwrap().allowed);
-        assert!(review_runtime(RuntimeKind::Cluster, Operation::Delete, &json!({})).unwrap().allowed);
+        let bad = |kind| {
+            runtime(
+                kind,
+                json!({}),
+                vec![job("node", Some("trainer"), Some(2), &["node"])],
+            )
+        };
+        assert!(
+            review_runtime(
+                RuntimeKind::Namespaced,
+                Operation::Update,
+                &bad("TrainingRuntime")
+            )
+            .unwrap()
+            .allowed
+        );
+        assert!(
+            !review_runtime(
+                RuntimeKind::Cluster,
+                Operation::Update,
+                &bad("ClusterTrainingRuntime")
+            )
+            .unwrap()
+            .allowed
+        );
+        assert!(
+            review_runtime(RuntimeKind::Cluster, Operation::Delete, &json!({}))
+                .unwrap()
+                .allowed
+        );
     }
 
     #[test]
     fn deprecated_cluster_runtime_warns_on_create_only() {
-        let rt = runtime("ClusterTrainingRuntime", json!({"trainer.kubeflow.org/support": "deprecated"}),
-            vec![job("node", Some("trainer"), Some(1), &["node"])]);
+        let rt = runtime(
+            "ClusterTrainingRuntime",
+            json!({"trainer.kubeflow.org/support": "deprecated"}),
+            vec![job("node", Some("trainer"), Some(1), &["node"])],
+        );
         let v = review_runtime(RuntimeKind::Cluster, Operation::Create, &rt).unwrap();
         assert!(v.allowed);
-        assert_eq!(v.warnings, [
-            "ClusterTrainingRuntime \"rt\" is deprecated and will be removed in a future release of Kubeflow Trainer. See runtime deprecation policy: https://trainer.kubeflow.org/en/latest/operator-guides/runtime.html#runtime-deprecation-policy"
-        ]);
-        assert!(review_runtime(RuntimeKind::Cluster, Operation::Update, &rt).unwrap().warnings.is_empty());
+        assert_eq!(
+            v.warnings,
+            [
+                "ClusterTrainingRuntime \"rt\" is deprecated and will be removed in a future release of Kubeflow Trainer. See runtime deprecation policy: https://trainer.kubeflow.org/en/latest/operator-guides/runtime.html#runtime-deprecation-policy"
+            ]
+        );
+        assert!(
+            review_runtime(RuntimeKind::Cluster, Operation::Update, &rt)
+                .unwrap()
+                .warnings
+                .is_empty()
+        );
         // Namespaced runtimes never warn.
         let mut ns = rt.clone();
         ns["kind"] = json!("TrainingRuntime");
-        assert!(review_runtime(RuntimeKind::Namespaced, Operation::Create, &ns).unwrap().warnings.is_empty());
+        assert!(
+            review_runtime(RuntimeKind::Namespaced, Operation::Create, &ns)
+                .unwrap()
+                .warnings
+                .is_empty()
+        );
     }
 
     #[test]
@@ -302,17 +378,31 @@ mod tests {
         let rt = runtime("TrainingRuntime", json!({}), vec![j]);
         let v = review_runtime(RuntimeKind::Namespaced, Operation::Create, &rt).unwrap();
         assert!(!v.allowed);
-        assert!(v.message.starts_with("spec.template.spec.replicatedJobs: Invalid value: "), "{}", v.message);
+        assert!(
+            v.message
+                .starts_with("spec.template.spec.replicatedJobs: Invalid value: "),
+            "{}",
+            v.message
+        );
         assert!(v.message.contains("lots"), "{}", v.message);
     }
 
     #[test]
     fn odd_objects_do_not_panic() {
-        for o in [json!(null), json!({}), json!({"spec": 1}), json!({"spec": {"template": {"spec": {"replicatedJobs": "x"}}}})] {
+        for o in [
+            json!(null),
+            json!({}),
+            json!({"spec": 1}),
+            json!({"spec": {"template": {"spec": {"replicatedJobs": "x"}}}}),
+        ] {
             let _ = review_runtime(RuntimeKind::Cluster, Operation::Create, &o);
             let _ = review_runtime(RuntimeKind::Namespaced, Operation::Create, &o);
         }
         let empty = runtime("TrainingRuntime", json!({}), vec![]);
-        assert!(review_runtime(RuntimeKind::Namespaced, Operation::Create, &empty).unwrap().allowed);
+        assert!(
+            review_runtime(RuntimeKind::Namespaced, Operation::Create, &empty)
+                .unwrap()
+                .allowed
+        );
     }
 }

@@ -63,7 +63,10 @@ impl RuntimeLookup for Runtimes {
     fn training_runtime(&self, ns: &str, name: &str) -> Result<Option<TrainingRuntime>, String> {
         match &self.fail {
             Some(f) => Err(f.clone()),
-            None => Ok(self.namespaced.get(&(ns.to_owned(), name.to_owned())).cloned()),
+            None => Ok(self
+                .namespaced
+                .get(&(ns.to_owned(), name.to_owned()))
+                .cloned()),
         }
     }
 
@@ -98,7 +101,8 @@ pub(crate) fn lookup() -> Runtimes {
     );
     r.cluster.insert(
         "torch".into(),
-        serde_json::from_value(torch_runtime("ClusterTrainingRuntime", "torch", json!({}))).unwrap(),
+        serde_json::from_value(torch_runtime("ClusterTrainingRuntime", "torch", json!({})))
+            .unwrap(),
     );
     r.cluster.insert(
         "old-torch".into(),

@@ -499,16 +499,25 @@ mod tests {
         m.admission_done("trainjob", "UPDATE", "allowed", Duration::from_millis(1));
         m.admission_plugin_call("torch", "ok", None, Duration::from_micros(30));
         m.admission_plugin_call("slow", "failed", Some("Timeout"), Duration::from_millis(50));
-        m.admission_plugin_call("slow", "ignored", Some("Timeout"), Duration::from_millis(50));
+        m.admission_plugin_call(
+            "slow",
+            "ignored",
+            Some("Timeout"),
+            Duration::from_millis(50),
+        );
         let text = m.encode();
         let at = |series: &str| sample(&text, series);
         assert_eq!(
-            at(r#"trainforge_admission_requests_total{webhook="trainjob",operation="CREATE",result="denied"}"#),
+            at(
+                r#"trainforge_admission_requests_total{webhook="trainjob",operation="CREATE",result="denied"}"#
+            ),
             Some(2.0),
             "{text}"
         );
         assert_eq!(
-            at(r#"trainforge_admission_requests_total{webhook="trainjob",operation="UPDATE",result="allowed"}"#),
+            at(
+                r#"trainforge_admission_requests_total{webhook="trainjob",operation="UPDATE",result="allowed"}"#
+            ),
             Some(1.0)
         );
         assert_eq!(
