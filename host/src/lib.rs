@@ -1,5 +1,6 @@
 //! The Trainforge operator library.
 //!
+//! - [`admission`]: the admission webhooks (TrainJob, runtimes, plugins).
 //! - [`crdgen`]: CRD YAML generation from the Rust API types (`trainforge crds`).
 //! - [`plugin`]: the sandboxed Wasm component runtime that runs framework plugins.
 //! - [`pipeline`]: the pure TrainJob + runtime → objects pipeline.

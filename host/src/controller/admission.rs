@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use clap::Args;
 use kube::Api;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -30,7 +30,7 @@ use trainforge_api::trainer::v1alpha1::{ClusterTrainingRuntime, TrainingRuntime}
 use super::ops::metrics::Metrics;
 use super::trainjob::Plugins;
 use crate::admission::{self, AdmissionState, PluginsNow, RuntimeLookup, certs, tls};
-use crate::plugin::PluginSet;
+use crate::plugin::{PluginRuntime, PluginSet};
 
 /// Flags of the admission server.
 #[derive(Debug, Clone, Args)]
@@ -219,6 +219,7 @@ pub async fn start(
     args: &AdmissionArgs,
     client: kube::Client,
     plugins: Arc<dyn Plugins>,
+    runtime: Arc<PluginRuntime>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> Result<Option<SocketAddr>, Error> {
@@ -237,9 +238,10 @@ pub async fn start(
         runtimes,
         metrics,
         Duration::from_millis(args.admission_budget_ms.clamp(100, 9_000)),
-    ));
+    )
+    .with_plugin_runtime(runtime));
     let resolver = match &args.webhook_cert_dir {
-        Some(dir) => certs::from_dir(dir.clone(), shutdown.clone()).await?,
+        Some(dir) => certs::from_dir(dir, shutdown.clone()).await?,
         None => {
             let ns = own_namespace();
             let mut opts = certs::CertOptions::for_service(&ns, &args.webhook_service);

@@ -311,6 +311,7 @@ pub async fn run(
         &args.admission,
         client.clone(),
         plugins.clone(),
+        runtime.clone(),
         metrics.clone(),
         shutdown.clone(),
     )

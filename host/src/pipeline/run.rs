@@ -282,6 +282,18 @@ pub fn validate(
     runtime: &RuntimeObject,
     plugins: &PluginSet,
 ) -> Result<Vec<String>, PipelineError> {
+    validate_within(job, old, runtime, plugins, None)
+}
+
+/// [`validate`] with the plugin calls within a request budget (admission,
+/// see [`PluginSet::validate_input_within`]).
+pub fn validate_within(
+    job: &TrainJob,
+    old: Option<&TrainJob>,
+    runtime: &RuntimeObject,
+    plugins: &PluginSet,
+    budget: Option<&crate::plugin::ValidateBudget>,
+) -> Result<Vec<String>, PipelineError> {
     check_runtime_ref(job, runtime)?;
     let mut warnings = deprecation_warning(runtime).into_iter().collect::<Vec<_>>();
     let (info, merge_problems) = admission_info_for(job, runtime.spec())?;
@@ -301,14 +313,18 @@ pub fn validate(
             },
         })
         .collect();
+    let old = old.map(|o| as_moved(o, job));
     let input = ValidateInput {
         trainjob: to_json_string(job, "TrainJob")?,
-        old_trainjob: old.map(|o| to_json_string(o, "old TrainJob")).transpose()?,
+        old_trainjob: old
+            .as_ref()
+            .map(|o| to_json_string(o, "old TrainJob"))
+            .transpose()?,
         info: to_json_string(&info, "runtime info")?,
     };
     // Through the set: it honours each plugin's phases and failure policy
     // (an ignored failure becomes a warning).
-    let v = plugins.validate_input(&input)?;
+    let v = plugins.validate_input_within(&input, budget)?;
     warnings.extend(v.warnings);
     warnings.extend(v.ignored);
     problems.extend(v.errors.into_iter().map(|e| Problem {
@@ -320,6 +336,42 @@ pub fn validate(
     } else {
         Err(PipelineError::Invalid { problems, warnings })
     }
+}
+
+/// `old` as plugins compare it with `new` on an update: when `new` no
+/// longer has the v2.1 override fields `old` had (the operator moved them
+/// into their runtime patch, see [`legacy`]), `old` in that converted form,
+/// with the converted patch stamped with `new`'s time for it. The move keeps
+/// what the job runs with, so it is not an edit of the overrides; anything
+/// else changed in the same update still is.
+fn as_moved(old: &TrainJob, new: &TrainJob) -> TrainJob {
+    if !legacy::has_legacy_fields(&old.spec) || legacy::has_legacy_fields(&new.spec) {
+        return old.clone();
+    }
+    let Ok(Some(conversion)) = legacy::convert(&old.spec) else {
+        return old.clone();
+    };
+    let mut moved = old.clone();
+    moved.spec.labels = None;
+    moved.spec.annotations = None;
+    moved.spec.pod_template_overrides = None;
+    let mut patches = conversion.runtime_patches;
+    let new_time = |manager: &str| {
+        new.spec
+            .runtime_patches
+            .iter()
+            .flatten()
+            .find(|p| p.manager == manager)
+            .and_then(|p| p.time.clone())
+    };
+    for p in patches
+        .iter_mut()
+        .filter(|p| p.manager == legacy::LEGACY_FIELDS_MANAGER)
+    {
+        p.time = new_time(&p.manager);
+    }
+    moved.spec.runtime_patches = Some(patches);
+    moved
 }
 
 /// Run the pipeline: check that a plugin serves every policy of the
@@ -620,5 +672,37 @@ mod tests {
         let mut edited = after.clone();
         edited.spec.labels = Some([("team".to_string(), "b".to_string())].into());
         assert_ne!(runtime_patches_hash(&edited), runtime_patches_hash(&after));
+    }
+
+    #[test]
+    fn the_operators_v21_move_is_not_an_edit_of_a_running_job() {
+        let set = builtins(&["plugin-jobset"]);
+        let rt = runtime(json!({}));
+        let mut old = job(Value::Null);
+        old.spec.suspend = Some(false);
+        old.spec.pod_template_overrides = Some(
+            serde_json::from_value(json!([{"targetJobs": [{"name": "node"}],
+                "spec": {"nodeSelector": {"pool": "a"}}}]))
+            .unwrap(),
+        );
+        let mut new = old.clone();
+        new.spec.pod_template_overrides = None;
+        let mut patches = legacy::convert(&old.spec).unwrap().unwrap().runtime_patches;
+        // The defaulting webhook stamps the new patch.
+        patches[0].time = Some(serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap());
+        new.spec.runtime_patches = Some(patches.clone());
+        let ok = validate(&new, Some(&old), &rt, &set);
+        assert!(ok.is_ok(), "{ok:?}");
+
+        // More than the move is an edit of a running job.
+        let mut edited = serde_json::to_value(&patches).unwrap();
+        edited[0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+            ["template"]["spec"]["nodeSelector"] = json!({"pool": "b"});
+        new.spec.runtime_patches = Some(serde_json::from_value(edited).unwrap());
+        let err = validate(&new, Some(&old), &rt, &set).unwrap_err();
+        assert!(
+            err.to_string().contains("RuntimePatches can only be modified when the TrainJob is suspended"),
+            "{err}"
+        );
     }
 }

@@ -265,11 +265,25 @@ impl LoadedPlugin {
         f: impl FnOnce(&mut Store<CallState>, &super::bindings::Plugin) -> wasmtime::Result<R>,
         post: impl FnOnce(R) -> Result<T, Error>,
     ) -> Result<T, Error> {
+        self.call_within(phase, scope, None, f, post)
+    }
+
+    /// [`LoadedPlugin::call`] with an optional cap on the call's time: the
+    /// call's deadline is the smaller of the plugin's own time limit and
+    /// `cap` (a cap never lengthens a call).
+    fn call_within<R, T>(
+        &self,
+        phase: &str,
+        scope: &CallScope,
+        cap: Option<Duration>,
+        f: impl FnOnce(&mut Store<CallState>, &super::bindings::Plugin) -> wasmtime::Result<R>,
+        post: impl FnOnce(R) -> Result<T, Error>,
+    ) -> Result<T, Error> {
         let i = &self.inner;
         let span = tracing::debug_span!("plugin_call", plugin = %i.descriptor.name, phase = %phase);
         let _enter = span.enter();
         let start = Instant::now();
-        let timeout = i.env.ctx.limits.timeout;
+        let timeout = effective_timeout(i.env.ctx.limits.timeout, cap);
         let (r, high_water) = with_instance(&i.env, phase, scope, timeout, f);
         let r = r.and_then(post);
         let elapsed = start.elapsed();
@@ -404,15 +418,28 @@ impl LoadedPlugin {
     /// Run `validate` (admission). At most [`MAX_WARNINGS`] warnings and
     /// [`MAX_FIELD_ERRORS`] field errors; every text sanitised and bounded.
     pub fn validate(&self, input: &ValidateInput, scope: &CallScope) -> Result<Validation, Error> {
+        self.validate_within(input, scope, None)
+    }
+
+    /// [`LoadedPlugin::validate`] within `cap`: the call gets the smaller of
+    /// the plugin's own time limit and `cap` (admission gives each call what
+    /// remains of its request budget). `None` is the plugin's own limit.
+    pub fn validate_within(
+        &self,
+        input: &ValidateInput,
+        scope: &CallScope,
+        cap: Option<Duration>,
+    ) -> Result<Validation, Error> {
         let wit_input = wit::ValidateInput {
             trainjob: input.trainjob.clone(),
             old_trainjob: input.old_trainjob.clone(),
             info: input.info.clone(),
             config: self.inner.config.clone(),
         };
-        self.call(
+        self.call_within(
             "validate",
             scope,
+            cap,
             |store, p| p.trainforge_plugin_guest().call_validate(store, &wit_input),
             |r| {
                 let v = r.map_err(|e| self.expected(Phase::Validate, e))?;
@@ -478,6 +505,12 @@ impl LoadedPlugin {
             |d| Ok(descriptor_from_wit(d)),
         )
     }
+}
+
+/// The deadline of one call: the plugin's own limit, or `cap` when that is
+/// shorter.
+fn effective_timeout(own: Duration, cap: Option<Duration>) -> Duration {
+    cap.map_or(own, |c| c.min(own))
 }
 
 fn validation_from_wit(v: wit::Validation) -> Validation {

@@ -65,7 +65,10 @@ pub use observe::CallObserver;
 pub use output_check::Owner;
 pub use pod_policy::PodGrants;
 pub use sandbox::{CallScope, Grants};
-pub use set::{PluginFieldError, PluginSet, ReconcileOutput, StatusOutput, ValidateOutput};
+pub use set::{
+    CallOutcome, CallRecord, PluginFieldError, PluginSet, ReconcileOutput, StatusOutput,
+    ValidateBudget, ValidateOutput,
+};
 pub use source::{
     FileError, NoObjects, ObjectSource, PluginSource, StaticObjects, read_component_file,
 };

@@ -72,6 +72,89 @@ pub struct StatusOutput {
     pub warnings: Vec<String>,
 }
 
+/// How one plugin's `validate` call ended, for admission metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// Answered with no field errors.
+    Ok,
+    /// Answered with field errors.
+    Denied,
+    /// Failed (with the [`Error::reason`]) under `failurePolicy: Fail`.
+    Failed(&'static str),
+    /// Failed (with the [`Error::reason`]) under `failurePolicy: Ignore`.
+    Ignored(&'static str),
+}
+
+/// One `validate` call made within a [`ValidateBudget`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallRecord {
+    /// The plugin's name.
+    pub plugin: String,
+    /// How long the call took.
+    pub elapsed: std::time::Duration,
+    /// How it ended.
+    pub outcome: CallOutcome,
+}
+
+/// The time budget of one admission request's validation pass, shared
+/// between the thread running the plugins and the one waiting for them: the
+/// deadline, the plugin being called right now, and a record of every call.
+#[derive(Debug)]
+pub struct ValidateBudget {
+    deadline: std::time::Instant,
+    running: std::sync::Mutex<Option<String>>,
+    calls: std::sync::Mutex<Vec<CallRecord>>,
+}
+
+impl ValidateBudget {
+    /// A budget ending `budget` from now.
+    pub fn new(budget: std::time::Duration) -> Self {
+        let now = std::time::Instant::now();
+        ValidateBudget {
+            deadline: now.checked_add(budget).unwrap_or(now),
+            running: std::sync::Mutex::new(None),
+            calls: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// What remains of the budget (zero once it is spent).
+    pub fn remaining(&self) -> std::time::Duration {
+        self.deadline
+            .saturating_duration_since(std::time::Instant::now())
+    }
+
+    /// The plugin whose `validate` is running now, if any.
+    pub fn running(&self) -> Option<String> {
+        match self.running.lock() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Every call finished so far, in order.
+    pub fn calls(&self) -> Vec<CallRecord> {
+        match self.calls.lock() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn set_running(&self, plugin: Option<&str>) {
+        let v = plugin.map(str::to_owned);
+        match self.running.lock() {
+            Ok(mut g) => *g = v,
+            Err(poisoned) => *poisoned.into_inner() = v,
+        }
+    }
+
+    fn record(&self, call: CallRecord) {
+        match self.calls.lock() {
+            Ok(mut g) => g.push(call),
+            Err(poisoned) => poisoned.into_inner().push(call),
+        }
+    }
+}
+
 /// An ordered set of plugins run as the Trainer framework pipeline. Cheap
 /// to clone (one `Arc`), `Send + Sync`.
 #[derive(Debug, Clone, Default)]
@@ -227,16 +310,59 @@ impl PluginSet {
 
     /// [`PluginSet::validate`] with the input already serialised.
     pub fn validate_input(&self, input: &ValidateInput) -> Result<ValidateOutput, Error> {
+        self.validate_input_within(input, None)
+    }
+
+    /// [`PluginSet::validate_input`] within a request budget (admission):
+    /// each call gets the smaller of the plugin's own time limit and what
+    /// remains of `budget`; a call that cannot start because nothing remains
+    /// fails as a `Timeout` of that plugin. Either way the plugin's failure
+    /// policy decides. Every call is recorded in `budget`, and the plugin
+    /// being called is readable from another thread while it runs
+    /// ([`ValidateBudget::running`]). `None`: the plugins' own limits only.
+    pub fn validate_input_within(
+        &self,
+        input: &ValidateInput,
+        budget: Option<&ValidateBudget>,
+    ) -> Result<ValidateOutput, Error> {
         let mut out = ValidateOutput::default();
         let scope = scope_of_json(&input.trainjob);
         for p in self.plugins.iter().filter(|p| p.calls(Phase::Validate)) {
-            let Some(v) = per_policy(
-                p,
-                Phase::Validate,
-                p.validate(input, &scope),
-                &mut out.ignored,
-            )?
-            else {
+            let start = std::time::Instant::now();
+            let result = match budget {
+                None => p.validate(input, &scope),
+                Some(b) => {
+                    let remaining = b.remaining();
+                    if remaining.is_zero() {
+                        Err(Error::Timeout {
+                            plugin: p.name().to_owned(),
+                            phase: Phase::Validate.to_string(),
+                            limit_ms: 0,
+                        })
+                    } else {
+                        b.set_running(Some(p.name()));
+                        let r = p.validate_within(input, &scope, Some(remaining));
+                        b.set_running(None);
+                        r
+                    }
+                }
+            };
+            if let Some(b) = budget {
+                let outcome = match &result {
+                    Ok(v) if v.errors.is_empty() => CallOutcome::Ok,
+                    Ok(_) => CallOutcome::Denied,
+                    Err(e) if p.failure_policy() == FailurePolicy::Ignore => {
+                        CallOutcome::Ignored(e.reason())
+                    }
+                    Err(e) => CallOutcome::Failed(e.reason()),
+                };
+                b.record(CallRecord {
+                    plugin: p.name().to_owned(),
+                    elapsed: start.elapsed(),
+                    outcome,
+                });
+            }
+            let Some(v) = per_policy(p, Phase::Validate, result, &mut out.ignored)? else {
                 continue;
             };
             out.warnings.extend(v.warnings);

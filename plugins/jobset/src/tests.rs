@@ -864,39 +864,3 @@ fn describe_declares_everything_used() {
     assert_eq!(d.reads, vec![jobset_kind()]);
     assert_eq!(d.watches, vec![jobset_kind()]);
 }
-
-#[test]
-fn the_operators_v21_move_is_not_an_edit_of_a_running_job() {
-    let old = trainjob(
-        json!({"runtimeRef": {"name": "torch-distributed"}, "suspend": false, "podTemplateOverrides": [
-        {"targetJobs": [{"name": "node"}], "spec": {"nodeSelector": {"pool": "a"}}}]}),
-    );
-    let spec: trainforge_sdk::api::trainer::v1alpha1::TrainJobSpec =
-        serde_json::from_value(old["spec"].clone()).unwrap();
-    let moved = trainforge_sdk::api::blueprint::legacy::convert(&spec)
-        .unwrap()
-        .unwrap();
-    let mut patches = serde_json::to_value(&moved.runtime_patches).unwrap();
-    // The defaulting webhook stamps a time on the new patch.
-    patches[0]["time"] = json!("2026-01-01T00:00:00Z");
-    let new = trainjob(
-        json!({"runtimeRef": {"name": "torch-distributed"}, "suspend": false, "runtimePatches": patches.clone()}),
-    );
-    let v = validate_with(new, Some(old.clone()), worked_example_info(), vec![]);
-    assert!(v.errors.is_empty(), "{:?}", details(&v));
-
-    // Anything more than the move is still an edit of a running job.
-    patches[0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
-        ["template"]["spec"]["nodeSelector"] = json!({"pool": "b"});
-    let new = trainjob(
-        json!({"runtimeRef": {"name": "torch-distributed"}, "suspend": false, "runtimePatches": patches}),
-    );
-    let v = validate_with(new, Some(old), worked_example_info(), vec![]);
-    assert_eq!(
-        details(&v),
-        vec![
-            "spec.runtimePatches: RuntimePatches can only be modified when the TrainJob is suspended before or after the update",
-            "spec.podTemplateOverrides: PodTemplateOverrides can only be modified when the TrainJob is suspended",
-        ]
-    );
-}

@@ -42,58 +42,10 @@ pub fn validate(
     trainer_label_warning(trainjob, info, &mut v);
     initializers(trainjob, info, cfg, &mut v);
     runtime_patches(trainjob, info, &mut v);
-    if let Some(old) = old
-        && !is_v21_move(trainjob, old)
-    {
+    if let Some(old) = old {
         immutability(trainjob, old, jobset, &mut v);
     }
     v
-}
-
-/// Whether `new` is `old` with its v2.1 override fields (`spec.labels`,
-/// `spec.annotations`, `spec.podTemplateOverrides`) moved into their runtime
-/// patch and nothing else of the overrides changed: the operator's own
-/// conversion, which keeps what the job runs with and so is allowed at any
-/// time. Patch times (set by the defaulting webhook) are not compared.
-fn is_v21_move(new: &Value, old: &Value) -> bool {
-    use trainforge_sdk::api::blueprint::legacy;
-    use trainforge_sdk::api::trainer::v1alpha1::TrainJobSpec;
-    const FIELDS: [&str; 3] = [
-        "/spec/labels",
-        "/spec/annotations",
-        "/spec/podTemplateOverrides",
-    ];
-    if FIELDS.iter().any(|f| new.pointer(f).is_some())
-        || FIELDS.iter().all(|f| old.pointer(f).is_none())
-    {
-        return false;
-    }
-    let Some(Ok(spec)) = old
-        .get("spec")
-        .map(|s| serde_json::from_value::<TrainJobSpec>(s.clone()))
-    else {
-        return false;
-    };
-    let Ok(Some(conversion)) = legacy::convert(&spec) else {
-        return false;
-    };
-    let Ok(expected) = serde_json::to_value(&conversion.runtime_patches) else {
-        return false;
-    };
-    let untimed = |v: &Value| -> Value {
-        let mut v = v.clone();
-        if let Some(list) = v.as_array_mut() {
-            for p in list.iter_mut().filter_map(Value::as_object_mut) {
-                p.remove("time");
-            }
-        }
-        v
-    };
-    let actual = new
-        .pointer("/spec/runtimePatches")
-        .cloned()
-        .unwrap_or(Value::Null);
-    untimed(&actual) == untimed(&expected)
 }
 
 fn error(

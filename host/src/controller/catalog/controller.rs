@@ -37,6 +37,11 @@ pub struct Options {
     /// Only `ClusterTrainerPlugin`s matching this label selector (all when
     /// `None`); lets several operators (or tests) share a cluster.
     pub label_selector: Option<String>,
+    /// Whether this replica may write statuses (it leads). `None`: always.
+    /// Every replica loads the plugins (each one serves admission); only the
+    /// leader reports on them. When this turns `true`, every object is
+    /// reconciled again so the new leader writes what the old one did not.
+    pub status_writes: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 struct Ctx {

@@ -18,6 +18,11 @@
 //! | `trainforge_plugin_call_duration_seconds` | `plugin`, `phase` | plugin call latency, 1 µs – 4 s buckets |
 //! | `trainforge_plugin_failures_total` | `plugin`, `phase`, `reason` | failed plugin calls |
 //! | `trainforge_plugin_memory_high_water_bytes` | `plugin` | largest guest memory seen (gauge) |
+//! | `trainforge_admission_requests_total` | `webhook`, `operation`, `result` | admission reviews answered (`allowed`, `denied`, `error`) |
+//! | `trainforge_admission_duration_seconds` | `webhook` | admission review latency (histogram) |
+//! | `trainforge_admission_plugin_calls_total` | `plugin`, `result` | plugin `validate` calls at admission (`ok`, `denied`, `failed`, `ignored`) |
+//! | `trainforge_admission_plugin_failures_total` | `plugin`, `reason` | failed admission calls, by the plugin error's reason (`Timeout`, `Trap`, `MemoryLimit`, `InvalidOutput`, ...) |
+//! | `trainforge_admission_plugin_duration_seconds` | `plugin` | plugin `validate` latency at admission (histogram) |
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -80,6 +85,34 @@ struct PluginLabels {
     plugin: String,
 }
 
+/// Labels `{webhook, operation, result}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdmissionLabels {
+    webhook: String,
+    operation: String,
+    result: String,
+}
+
+/// Labels `{webhook}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WebhookLabels {
+    webhook: String,
+}
+
+/// Labels `{plugin, result}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginResultLabels {
+    plugin: String,
+    result: String,
+}
+
+/// Labels `{plugin, reason}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginReasonLabels {
+    plugin: String,
+    reason: String,
+}
+
 type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
 
 /// Reconcile latency buckets: 1 ms … ~16 s.
@@ -108,6 +141,11 @@ pub struct Metrics {
     plugin_failures: Family<PluginFailureLabels, Counter>,
     plugin_memory: Family<PluginLabels, Gauge>,
     remembered: Gauge,
+    admission_requests: Family<AdmissionLabels, Counter>,
+    admission_duration: HistogramFamily<WebhookLabels>,
+    admission_plugin_calls: Family<PluginResultLabels, Counter>,
+    admission_plugin_failures: Family<PluginReasonLabels, Counter>,
+    admission_plugin_duration: HistogramFamily<PluginLabels>,
 }
 
 impl Default for Metrics {
@@ -194,8 +232,45 @@ impl Metrics {
             "Objects whose last applied state the operator remembers (pruned every resync)",
             remembered.clone(),
         );
+        let admission_requests = Family::<AdmissionLabels, Counter>::default();
+        registry.register(
+            "trainforge_admission_requests",
+            "Admission reviews answered, by webhook, operation and result",
+            admission_requests.clone(),
+        );
+        let admission_duration: HistogramFamily<WebhookLabels> =
+            Family::new_with_constructor(reconcile_histogram);
+        registry.register(
+            "trainforge_admission_duration_seconds",
+            "Admission review latency in seconds, by webhook",
+            admission_duration.clone(),
+        );
+        let admission_plugin_calls = Family::<PluginResultLabels, Counter>::default();
+        registry.register(
+            "trainforge_admission_plugin_calls",
+            "Plugin validate calls made at admission, by plugin and result",
+            admission_plugin_calls.clone(),
+        );
+        let admission_plugin_failures = Family::<PluginReasonLabels, Counter>::default();
+        registry.register(
+            "trainforge_admission_plugin_failures",
+            "Plugin validate calls at admission that failed, by plugin and reason",
+            admission_plugin_failures.clone(),
+        );
+        let admission_plugin_duration: HistogramFamily<PluginLabels> =
+            Family::new_with_constructor(plugin_call_histogram);
+        registry.register(
+            "trainforge_admission_plugin_duration_seconds",
+            "Plugin validate latency at admission in seconds, by plugin",
+            admission_plugin_duration.clone(),
+        );
         Self {
             registry,
+            admission_requests,
+            admission_duration,
+            admission_plugin_calls,
+            admission_plugin_failures,
+            admission_plugin_duration,
             reconciles,
             reconcile_errors,
             reconcile_duration,
@@ -304,6 +379,55 @@ impl Metrics {
             .fetch_max(bytes, Ordering::Relaxed);
     }
 
+    /// Record one answered admission review of `webhook` (`trainjob`,
+    /// `trainjob-defaulter`, ...) for `operation` (`CREATE`, ...) with
+    /// `result` `allowed`, `denied` or `error`, and its latency.
+    pub fn admission_done(&self, webhook: &str, operation: &str, result: &str, elapsed: Duration) {
+        self.admission_requests
+            .get_or_create(&AdmissionLabels {
+                webhook: webhook.to_owned(),
+                operation: operation.to_owned(),
+                result: result.to_owned(),
+            })
+            .inc();
+        self.admission_duration
+            .get_or_create(&WebhookLabels {
+                webhook: webhook.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Record one plugin `validate` call made at admission: `result` `ok`,
+    /// `denied`, `failed` or `ignored`; `failure` the plugin error's reason
+    /// when it failed (failed or ignored).
+    pub fn admission_plugin_call(
+        &self,
+        plugin: &str,
+        result: &str,
+        failure: Option<&str>,
+        elapsed: Duration,
+    ) {
+        self.admission_plugin_calls
+            .get_or_create(&PluginResultLabels {
+                plugin: plugin.to_owned(),
+                result: result.to_owned(),
+            })
+            .inc();
+        if let Some(reason) = failure {
+            self.admission_plugin_failures
+                .get_or_create(&PluginReasonLabels {
+                    plugin: plugin.to_owned(),
+                    reason: reason.to_owned(),
+                })
+                .inc();
+        }
+        self.admission_plugin_duration
+            .get_or_create(&PluginLabels {
+                plugin: plugin.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
     /// The registry as OpenMetrics text (content type
     /// [`OPENMETRICS_CONTENT_TYPE`]).
     pub fn encode(&self) -> String {
@@ -365,6 +489,53 @@ mod tests {
             );
         }
         assert!(text.ends_with("# EOF\n"), "not OpenMetrics:\n{text}");
+    }
+
+    #[test]
+    fn admission_families_are_scraped() {
+        let m = Metrics::new();
+        m.admission_done("trainjob", "CREATE", "denied", Duration::from_millis(2));
+        m.admission_done("trainjob", "CREATE", "denied", Duration::from_millis(3));
+        m.admission_done("trainjob", "UPDATE", "allowed", Duration::from_millis(1));
+        m.admission_plugin_call("torch", "ok", None, Duration::from_micros(30));
+        m.admission_plugin_call("slow", "failed", Some("Timeout"), Duration::from_millis(50));
+        m.admission_plugin_call(
+            "slow",
+            "ignored",
+            Some("Timeout"),
+            Duration::from_millis(50),
+        );
+        let text = m.encode();
+        let at = |series: &str| sample(&text, series);
+        assert_eq!(
+            at(
+                r#"trainforge_admission_requests_total{webhook="trainjob",operation="CREATE",result="denied"}"#
+            ),
+            Some(2.0),
+            "{text}"
+        );
+        assert_eq!(
+            at(
+                r#"trainforge_admission_requests_total{webhook="trainjob",operation="UPDATE",result="allowed"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            at(r#"trainforge_admission_duration_seconds_count{webhook="trainjob"}"#),
+            Some(3.0)
+        );
+        assert_eq!(
+            at(r#"trainforge_admission_plugin_calls_total{plugin="torch",result="ok"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            at(r#"trainforge_admission_plugin_failures_total{plugin="slow",reason="Timeout"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            at(r#"trainforge_admission_plugin_duration_seconds_count{plugin="slow"}"#),
+            Some(2.0)
+        );
     }
 
     /// The value of the sample `series` (name and labels as encoded).

@@ -398,6 +398,10 @@ impl Guest for Hostile {
                     detail: "refused by the hostile plugin".into(),
                 }],
             }),
+            "loop-validate" => loop {
+                black_box(());
+            },
+            "trap-validate" => panic!("hostile validate trapped on purpose"),
             _ => Ok(Validation { warnings: vec![], errors: vec![] }),
         }
     }

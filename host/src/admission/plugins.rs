@@ -1,0 +1,223 @@
+//! ClusterTrainerPlugin validation (CREATE and UPDATE).
+//!
+//! - The run options must be usable ([`spec::options`]): a `limits.timeout`
+//!   or `limits.memory` out of range, or a `config` that cannot be
+//!   serialised, is refused on that field.
+//! - A `builtin` source must name a builtin plugin (`torch` or
+//!   `plugin-torch`); otherwise `spec.source.builtin: Unsupported value`
+//!   listing the builtin names.
+//! - A builtin is loaded with the given options and asked to `validate` a
+//!   small sample TrainJob ([`crate::plugin::sample`]) within the request
+//!   budget; if it answers `invalid-config`, the request is refused on
+//!   `spec.config` with its message. A builtin that cannot be loaded with
+//!   these options (kinds, grants) is refused on `spec` with the reason.
+//!   Other failures of the sample call (time, traps) are not the spec's
+//!   fault and are admitted with a warning.
+//!
+//! Components from a `configMap` or a URL (`https://`, `file://`) are not
+//! fetched at admission: the request would wait on the network or the API
+//! server, and the component can change after admission anyway. The plugin
+//! catalog reports their problems in the object's status.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use trainforge_api::plugin::{FieldError, FieldErrorType, Phase, PluginError};
+use trainforge_api::trainforge::v1alpha1::ClusterTrainerPlugin;
+
+use super::review::{Operation, Verdict};
+use crate::controller::catalog::fetch::find_builtin;
+use crate::controller::catalog::spec::{SpecError, options, plugin_source};
+use crate::plugin::{
+    self, CallScope, Limits, NoObjects, PluginRuntime, ValidateInput, builtin, sample,
+};
+
+/// Why a ClusterTrainerPlugin review could not be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginReviewError {
+    /// The object is not a ClusterTrainerPlugin.
+    #[error("decoding the ClusterTrainerPlugin: {0}")]
+    Decode(String),
+    /// The plugin runtime used to try builtins could not be created.
+    #[error("creating the plugin runtime: {0}")]
+    Runtime(String),
+}
+
+/// The field error for options the operator cannot use.
+fn spec_error(e: &SpecError) -> FieldError {
+    let field = match e {
+        SpecError::Timeout(_) => "spec.limits.timeout",
+        SpecError::Memory(_) => "spec.limits.memory",
+        SpecError::Config(_) => "spec.config",
+    };
+    FieldError::invalid(field, e.to_string())
+}
+
+/// Review a ClusterTrainerPlugin; builtins are loaded with `runtime` and
+/// their sample `validate` call gets at most `budget`.
+pub fn review_plugin(
+    operation: Operation,
+    object: &Value,
+    runtime: &dyn Fn() -> Result<Arc<PluginRuntime>, String>,
+    budget: Duration,
+) -> Result<Verdict, PluginReviewError> {
+    if !matches!(operation, Operation::Create | Operation::Update) {
+        return Ok(Verdict::allow(Vec::new()));
+    }
+    let ctp: ClusterTrainerPlugin = serde_json::from_value(object.clone())
+        .map_err(|e| PluginReviewError::Decode(e.to_string()))?;
+    let opts = match options(&ctp.spec, &Limits::default()) {
+        Ok(o) => o,
+        Err(e) => return Ok(Verdict::forbidden(&[spec_error(&e)], Vec::new())),
+    };
+    let Some(name) = ctp.spec.source.builtin.as_deref() else {
+        return Ok(Verdict::allow(Vec::new()));
+    };
+    let Some(b) = find_builtin(name) else {
+        let supported = builtin::names()
+            .iter()
+            .map(|n| format!("{n:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Ok(Verdict::forbidden(
+            &[FieldError {
+                error_type: FieldErrorType::NotSupported,
+                field: "spec.source.builtin".into(),
+                bad_value: serde_json::to_string(name).ok(),
+                detail: format!("supported values: {supported}"),
+            }],
+            Vec::new(),
+        ));
+    };
+    let rt = runtime().map_err(PluginReviewError::Runtime)?;
+    let src = plugin_source(
+        format!("builtin:{}", b.crate_name),
+        Arc::<[u8]>::from(b.wasm),
+        None,
+        true,
+        &opts,
+        Arc::new(NoObjects),
+    );
+    let loaded = match rt.load(src) {
+        Ok(p) => p,
+        Err(e) => {
+            return Ok(Verdict::forbidden(
+                &[FieldError::invalid("spec", e.to_string())],
+                Vec::new(),
+            ));
+        }
+    };
+    if !loaded.implements(Phase::Validate) {
+        return Ok(Verdict::allow(Vec::new()));
+    }
+    let Ok((trainjob, info)) = sample::inputs(&[]) else {
+        return Ok(Verdict::allow(Vec::new()));
+    };
+    let input = ValidateInput {
+        trainjob: trainjob.to_string(),
+        old_trainjob: None,
+        info: serde_json::to_string(&info).unwrap_or_default(),
+    };
+    Ok(
+        match loaded.validate_within(&input, &CallScope::default(), Some(budget)) {
+            Ok(_) => Verdict::allow(Vec::new()),
+            Err(plugin::Error::Plugin {
+                error: PluginError::InvalidConfig(m),
+                ..
+            }) => Verdict::forbidden(&[FieldError::invalid("spec.config", m)], Vec::new()),
+            Err(e) => Verdict::allow(vec![format!(
+                "builtin plugin {name:?} could not be tried with this configuration ({}): {e}",
+                e.reason()
+            )]),
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::plugin::RuntimeConfig;
+    use serde_json::json;
+    use std::sync::OnceLock;
+
+    fn rt() -> Result<Arc<PluginRuntime>, String> {
+        static RT: OnceLock<Arc<PluginRuntime>> = OnceLock::new();
+        if let Some(r) = RT.get() {
+            return Ok(r.clone());
+        }
+        let r = Arc::new(PluginRuntime::new(RuntimeConfig::default()).map_err(|e| e.to_string())?);
+        Ok(RT.get_or_init(|| r).clone())
+    }
+
+    fn ctp(spec: Value) -> Value {
+        json!({"apiVersion": "trainforge.dev/v1alpha1", "kind": "ClusterTrainerPlugin",
+            "metadata": {"name": "p"}, "spec": spec})
+    }
+
+    fn review(spec: Value) -> Verdict {
+        review_plugin(Operation::Create, &ctp(spec), &rt, Duration::from_secs(3)).unwrap()
+    }
+
+    #[test]
+    fn a_known_builtin_is_admitted() {
+        let v = review(json!({"source": {"builtin": "torch"}, "config": {"x": 1}}));
+        assert!(v.allowed, "{v:?}");
+        let v = review(json!({"source": {"builtin": "plugin-jobset"}}));
+        assert!(v.allowed, "{v:?}");
+    }
+
+    #[test]
+    fn an_unknown_builtin_lists_the_names() {
+        let v = review(json!({"source": {"builtin": "tensorflow"}}));
+        assert!(!v.allowed);
+        assert!(
+            v.message.starts_with(
+                "spec.source.builtin: Unsupported value: \"tensorflow\": supported values: "
+            ),
+            "{}",
+            v.message
+        );
+        assert!(v.message.contains("\"torch\""), "{}", v.message);
+    }
+
+    #[test]
+    fn bad_limits_are_refused_on_their_field() {
+        let v = review(json!({"source": {"builtin": "torch"}, "limits": {"timeout": "forever"}}));
+        assert!(
+            v.message
+                .starts_with("spec.limits.timeout: Invalid value: "),
+            "{}",
+            v.message
+        );
+        let v = review(json!({"source": {"builtin": "torch"}, "limits": {"memory": "2Gi"}}));
+        assert!(
+            v.message.starts_with("spec.limits.memory: Invalid value: "),
+            "{}",
+            v.message
+        );
+    }
+
+    #[test]
+    fn other_sources_are_not_fetched() {
+        let v = review(json!({"source": {"url": "https://example.invalid/p.wasm"},
+            "sha256": "0000000000000000000000000000000000000000000000000000000000000000"}));
+        assert!(v.allowed, "{v:?}");
+        assert!(
+            review_plugin(Operation::Delete, &json!(null), &rt, Duration::from_secs(1))
+                .unwrap()
+                .allowed
+        );
+        assert!(
+            review_plugin(
+                Operation::Create,
+                &json!({"spec": 1}),
+                &rt,
+                Duration::from_secs(1)
+            )
+            .is_err()
+        );
+    }
+}
