@@ -323,7 +323,7 @@ mod tests {
     async fn serves_and_rotates_without_restart() {
         let (dns, ips) = sans();
         let now = time::OffsetDateTime::now_utc();
-        let bundle = certs::generate(&dns, &ips, now).unwrap();
+        let bundle = certs::generate(&dns, &ips, now, certs::SERVING_LIFETIME).unwrap();
         let (addr, resolver, shutdown, task) = start(&bundle).await;
         let http = client(&bundle.ca_bundle);
         let url = format!("https://127.0.0.1:{}/ping", addr.port());
@@ -334,7 +334,7 @@ mod tests {
         assert_eq!(served_serial(&http, &by_name).await, first);
 
         // Rotate the serving certificate (same CA): the next connection gets it.
-        let renewed = certs::renew_serving(&bundle, &dns, &ips, now).unwrap();
+        let renewed = certs::renew_serving(&bundle, &dns, &ips, now, certs::SERVING_LIFETIME).unwrap();
         resolver
             .update(renewed.cert.as_bytes(), renewed.key.as_bytes())
             .unwrap();
@@ -348,7 +348,7 @@ mod tests {
         assert_eq!(served_serial(&http, &url).await, second);
 
         // A client that does not trust this CA fails the handshake.
-        let other = certs::generate(&dns, &ips, now).unwrap();
+        let other = certs::generate(&dns, &ips, now, certs::SERVING_LIFETIME).unwrap();
         let stranger = client(&other.ca_bundle);
         assert!(stranger.get(&url).send().await.is_err());
 
@@ -363,7 +363,7 @@ mod tests {
     #[tokio::test]
     async fn a_silent_client_does_not_block_others() {
         let (dns, ips) = sans();
-        let bundle = certs::generate(&dns, &ips, time::OffsetDateTime::now_utc()).unwrap();
+        let bundle = certs::generate(&dns, &ips, time::OffsetDateTime::now_utc(), certs::SERVING_LIFETIME).unwrap();
         let (addr, _resolver, shutdown, task) = start(&bundle).await;
         // Connects, never says hello.
         let _silent = TcpStream::connect(addr).await.unwrap();
@@ -384,8 +384,8 @@ mod tests {
     fn mismatched_key_is_refused() {
         let (dns, ips) = sans();
         let now = time::OffsetDateTime::now_utc();
-        let a = certs::generate(&dns, &ips, now).unwrap();
-        let b = certs::generate(&dns, &ips, now).unwrap();
+        let a = certs::generate(&dns, &ips, now, certs::SERVING_LIFETIME).unwrap();
+        let b = certs::generate(&dns, &ips, now, certs::SERVING_LIFETIME).unwrap();
         assert!(matches!(
             Resolver::from_pem(a.cert.as_bytes(), b.key.as_bytes()),
             Err(Error::LoadKey(_))
