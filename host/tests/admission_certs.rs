@@ -247,7 +247,9 @@ async fn a_ca_near_expiry_is_renewed_and_the_old_one_stays_trusted() {
     let old = certs::generate(
         &opts.dns_names,
         &opts.ip_addresses,
-        time::OffsetDateTime::now_utc() - time::Duration::days(250), certs::SERVING_LIFETIME)
+        time::OffsetDateTime::now_utc() - time::Duration::days(250),
+        certs::SERVING_LIFETIME,
+    )
     .unwrap();
     let data = [
         (certs::CA_CRT, &old.ca_bundle),

@@ -683,7 +683,12 @@ pub async fn ensure_secret(
     };
     for _ in 0..MAX_CONFLICTS {
         let Some(mut secret) = api.get_opt(name).await.map_err(read_err)? else {
-            let bundle = generate(&opts.dns_names, &opts.ip_addresses, now, opts.serving_lifetime)?;
+            let bundle = generate(
+                &opts.dns_names,
+                &opts.ip_addresses,
+                now,
+                opts.serving_lifetime,
+            )?;
             let secret = Secret {
                 metadata: kube::api::ObjectMeta {
                     name: Some(name.clone()),
@@ -715,11 +720,23 @@ pub async fn ensure_secret(
             Decision::Keep => return Ok(stored),
             Decision::RenewServing(why) => {
                 tracing::info!(secret = %name, reason = why, "renewing the webhook serving certificate");
-                renew_serving(&stored, &opts.dns_names, &opts.ip_addresses, now, opts.serving_lifetime)?
+                renew_serving(
+                    &stored,
+                    &opts.dns_names,
+                    &opts.ip_addresses,
+                    now,
+                    opts.serving_lifetime,
+                )?
             }
             Decision::RenewAll(why) => {
                 tracing::info!(secret = %name, reason = why, "renewing the webhook CA and serving certificate");
-                renew_all(Some(&stored), &opts.dns_names, &opts.ip_addresses, now, opts.serving_lifetime)?
+                renew_all(
+                    Some(&stored),
+                    &opts.dns_names,
+                    &opts.ip_addresses,
+                    now,
+                    opts.serving_lifetime,
+                )?
             }
         };
         // Replace carries the read resourceVersion: a concurrent write → 409.

@@ -334,7 +334,8 @@ mod tests {
         assert_eq!(served_serial(&http, &by_name).await, first);
 
         // Rotate the serving certificate (same CA): the next connection gets it.
-        let renewed = certs::renew_serving(&bundle, &dns, &ips, now, certs::SERVING_LIFETIME).unwrap();
+        let renewed =
+            certs::renew_serving(&bundle, &dns, &ips, now, certs::SERVING_LIFETIME).unwrap();
         resolver
             .update(renewed.cert.as_bytes(), renewed.key.as_bytes())
             .unwrap();
@@ -363,7 +364,13 @@ mod tests {
     #[tokio::test]
     async fn a_silent_client_does_not_block_others() {
         let (dns, ips) = sans();
-        let bundle = certs::generate(&dns, &ips, time::OffsetDateTime::now_utc(), certs::SERVING_LIFETIME).unwrap();
+        let bundle = certs::generate(
+            &dns,
+            &ips,
+            time::OffsetDateTime::now_utc(),
+            certs::SERVING_LIFETIME,
+        )
+        .unwrap();
         let (addr, _resolver, shutdown, task) = start(&bundle).await;
         // Connects, never says hello.
         let _silent = TcpStream::connect(addr).await.unwrap();

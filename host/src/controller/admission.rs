@@ -233,13 +233,15 @@ pub async fn start(
         cluster: reflect::<ClusterTrainingRuntime>(&client, &shutdown),
         handle: tokio::runtime::Handle::current(),
     });
-    let state = Arc::new(AdmissionState::new(
-        Arc::new(CurrentPlugins(plugins)),
-        runtimes,
-        metrics,
-        Duration::from_millis(args.admission_budget_ms.clamp(100, 9_000)),
-    )
-    .with_plugin_runtime(runtime));
+    let state = Arc::new(
+        AdmissionState::new(
+            Arc::new(CurrentPlugins(plugins)),
+            runtimes,
+            metrics,
+            Duration::from_millis(args.admission_budget_ms.clamp(100, 9_000)),
+        )
+        .with_plugin_runtime(runtime),
+    );
     let resolver = match &args.webhook_cert_dir {
         Some(dir) => certs::from_dir(dir, shutdown.clone()).await?,
         None => {
@@ -255,8 +257,10 @@ pub async fn start(
             opts.mutating_configurations = vec![args.mutating_webhook_configuration.clone()];
             opts.validating_configurations = vec![args.validating_webhook_configuration.clone()];
             opts.check_interval = Duration::from_secs(args.webhook_cert_check_seconds.max(1));
-            opts.serving_lifetime =
-                time::Duration::seconds(args.webhook_cert_validity_seconds.clamp(10, 10 * 365 * 86_400) as i64);
+            opts.serving_lifetime = time::Duration::seconds(
+                args.webhook_cert_validity_seconds
+                    .clamp(10, 10 * 365 * 86_400) as i64,
+            );
             certs::CertRotator::start(client.clone(), opts, shutdown.clone()).await?
         }
     };

@@ -701,7 +701,8 @@ mod tests {
         new.spec.runtime_patches = Some(serde_json::from_value(edited).unwrap());
         let err = validate(&new, Some(&old), &rt, &set).unwrap_err();
         assert!(
-            err.to_string().contains("RuntimePatches can only be modified when the TrainJob is suspended"),
+            err.to_string()
+                .contains("RuntimePatches can only be modified when the TrainJob is suspended"),
             "{err}"
         );
     }

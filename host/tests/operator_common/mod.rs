@@ -398,6 +398,38 @@ pub async fn apply_default_plugins(client: &kube::Client) {
     }
 }
 
+/// Until every shipped `ClusterTrainerPlugin` is `Ready=True` (so the set
+/// in service, and so admission, has all of them).
+pub async fn wait_default_plugins_ready(client: &kube::Client) {
+    let dir = root().join("manifests/plugins");
+    let names: Vec<String> = trainforge_testenv::manifests::yaml_files(&dir)
+        .unwrap()
+        .iter()
+        .flat_map(|f| docs(f, None))
+        .filter(|d| d["kind"] == "ClusterTrainerPlugin")
+        .filter_map(|d| d["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!names.is_empty());
+    for name in names {
+        eventually(
+            &format!("ClusterTrainerPlugin {name} Ready"),
+            Duration::from_secs(180),
+            || async {
+                let o = get(
+                    client,
+                    "trainforge.dev/v1alpha1",
+                    "ClusterTrainerPlugin",
+                    None,
+                    &name,
+                )
+                .await?;
+                is_true(&o, "Ready").then_some(())
+            },
+        )
+        .await;
+    }
+}
+
 /// Get an object as JSON (`None` if absent).
 pub async fn get(
     client: &kube::Client,
@@ -593,4 +625,3 @@ async fn send(client: &kube::Client, method: http::Method, uri: &str, obj: &Valu
         object,
     }
 }
-

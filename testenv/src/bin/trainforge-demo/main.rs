@@ -36,8 +36,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trainforge_testenv::process::{Proc, log_tail, spawn};
-use trainforge_testenv::{Mode, TestEnv, manifests, ports};
 use trainforge_testenv::webhooks::Front;
+use trainforge_testenv::{Mode, TestEnv, manifests, ports};
 
 mod apply;
 mod diagnose;
