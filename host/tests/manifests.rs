@@ -552,16 +552,38 @@ const WEBHOOK_SERVICE: &str = "trainforge-webhook-service";
 
 /// The webhook configurations: upstream's names and paths (+ ours), all
 /// CREATE/UPDATE, Fail, no side effects, v1 reviews, 10 s, via the Service.
+/// The label the shipped `ClusterTrainerPlugin`s carry so the plugin
+/// webhook skips them (they are applied before the operator answers).
+const PLUGIN_WEBHOOK_VALIDATION_LABEL: &str = "trainforge.dev/webhook-validation";
+
+/// (configuration kind, webhook, path, group, resource, opt-out label).
+type Hook = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+);
+
 fn check_webhooks(objs: &[Value]) {
-    let expected: &[(&str, &str, &str, &str, &str, bool)] = &[
-        // (configuration kind, webhook, path, group, resource, runtime selector)
+    for p in of_kind(objs, "ClusterTrainerPlugin") {
+        assert_eq!(
+            p["metadata"]["labels"][PLUGIN_WEBHOOK_VALIDATION_LABEL],
+            "disabled",
+            "shipped plugin {} opts out of the plugin webhook",
+            name(p)
+        );
+    }
+    let expected: &[Hook] = &[
+        // (configuration kind, webhook, path, group, resource, opt-out label)
         (
             "MutatingWebhookConfiguration",
             "defaulter.trainjob.trainer.kubeflow.org",
             "/mutate-trainer-kubeflow-org-v1alpha1-trainjob",
             "trainer.kubeflow.org",
             "trainjobs",
-            false,
+            None,
         ),
         (
             "ValidatingWebhookConfiguration",
@@ -569,7 +591,7 @@ fn check_webhooks(objs: &[Value]) {
             "/validate-trainer-kubeflow-org-v1alpha1-clustertrainingruntime",
             "trainer.kubeflow.org",
             "clustertrainingruntimes",
-            true,
+            Some(WEBHOOK_VALIDATION_LABEL),
         ),
         (
             "ValidatingWebhookConfiguration",
@@ -577,7 +599,7 @@ fn check_webhooks(objs: &[Value]) {
             "/validate-trainer-kubeflow-org-v1alpha1-trainingruntime",
             "trainer.kubeflow.org",
             "trainingruntimes",
-            true,
+            Some(WEBHOOK_VALIDATION_LABEL),
         ),
         (
             "ValidatingWebhookConfiguration",
@@ -585,7 +607,7 @@ fn check_webhooks(objs: &[Value]) {
             "/validate-trainer-kubeflow-org-v1alpha1-trainjob",
             "trainer.kubeflow.org",
             "trainjobs",
-            false,
+            None,
         ),
         (
             "ValidatingWebhookConfiguration",
@@ -593,7 +615,7 @@ fn check_webhooks(objs: &[Value]) {
             "/validate-trainforge-dev-v1alpha1-clustertrainerplugin",
             "trainforge.dev",
             "clustertrainerplugins",
-            false,
+            Some(PLUGIN_WEBHOOK_VALIDATION_LABEL),
         ),
     ];
     let mutating = of_kind(objs, "MutatingWebhookConfiguration");
@@ -646,11 +668,11 @@ fn check_webhooks(objs: &[Value]) {
             serde_json::json!(["CREATE", "UPDATE"]),
             "{hook}"
         );
-        if selector {
+        if let Some(label) = selector {
             assert_eq!(
                 w["objectSelector"],
                 serde_json::json!({"matchExpressions": [{
-                    "key": WEBHOOK_VALIDATION_LABEL, "operator": "NotIn", "values": ["disabled"]}]}),
+                    "key": label, "operator": "NotIn", "values": ["disabled"]}]}),
                 "{hook}"
             );
         } else {

@@ -86,6 +86,7 @@ async fn no_serving_plugins_is_not_ready_and_trainjobs_wait_for_them() {
     let body = readyz_until(&op, "plugins failing, caches synced", |code, body| {
         code == 503
             && body.contains("[+]caches ok")
+            && body.contains("[+]admission ok")
             && body.contains("[-]plugins failed: no plugin set can serve")
     })
     .await;
@@ -198,7 +199,7 @@ async fn no_serving_plugins_is_not_ready_and_trainjobs_wait_for_them() {
     let body = readyz_until(&op, "ready", |code, _| code == 200).await;
     let ready_at = Instant::now();
     assert_eq!(
-        body, "[+]plugins ok\n[+]caches ok\nreadyz check passed\n",
+        body, "[+]plugins ok\n[+]caches ok\n[+]admission ok\nreadyz check passed\n",
         "{body}"
     );
     eventually("the waiting TrainJob's JobSet", TIMEOUT, || async {

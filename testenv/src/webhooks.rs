@@ -171,7 +171,7 @@ pub fn configurations(root: &Path, front: SocketAddr) -> Result<Vec<Value>, Erro
     }
     if out.is_empty() {
         return Err(Error::manifest(
-            &root.join("manifests/webhook"),
+            root.join("manifests/webhook"),
             "no webhook configuration found",
         ));
     }

@@ -110,9 +110,6 @@ pub enum OperatorError {
     /// The compile worker (this executable) could not be located.
     #[error("plugin compiler: {0}")]
     Compiler(String),
-    /// The admission server could not start.
-    #[error(transparent)]
-    Admission(#[from] super::admission::Error),
     /// A start-up task failed.
     #[error("start-up: {0}")]
     Startup(String),
@@ -307,16 +304,30 @@ pub async fn run(
         });
     }
 
-    super::admission::start(
-        &args.admission,
-        client.clone(),
-        plugins.clone(),
-        runtime.clone(),
-        metrics.clone(),
-        shutdown.clone(),
-    )
-    .await?;
-    ready_admission.set_ready();
+    // Admission comes up beside the controllers, never in their way: its
+    // certificate may wait on the API (RBAC, a namespace not there yet)
+    // while this replica leads and reconciles. `/readyz` says so meanwhile.
+    {
+        let (args, client, plugins, runtime, metrics, shutdown, ready) = (
+            args.admission.clone(),
+            client.clone(),
+            plugins.clone(),
+            runtime.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+            ready_admission.clone(),
+        );
+        tokio::spawn(async move {
+            match super::admission::start(&args, client, plugins, runtime, metrics, shutdown).await
+            {
+                Ok(_) => ready.set_ready(),
+                Err(e) => {
+                    error!(error = %e, "admission webhooks not served");
+                    ready.set_not_ready(format!("admission webhooks not served: {e}"));
+                }
+            }
+        });
+    }
 
     info!(identity = %leader.identity(), "waiting for leadership");
     tokio::select! {
