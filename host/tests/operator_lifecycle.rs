@@ -782,8 +782,9 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
     ];
     let a = Operator::start(s.env, "replica-a", &elect);
     let b = Operator::start(s.env, "replica-b", &elect);
-    a.wait_ready_or_standby().await;
-    b.wait_ready_or_standby().await;
+    // Both are ready: the standby loads the plugins and serves admission too.
+    a.wait_ready().await;
+    b.wait_ready().await;
     apply(
         client,
         &trainjob_object(&ns, "first", "torch-distributed", json!({"suspend": true})),
@@ -800,6 +801,8 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
         "exactly one replica reconciles: a={ra} b={rb}"
     );
     let (leader, standby) = if ra > 0.0 { (&a, &b) } else { (&b, &a) };
+    let admitted = |text: &str| metric(text, "trainforge_admission_requests_total", &[]);
+    let standby_admitted = admitted(&standby.scrape().await);
     let killed = Instant::now();
     leader.kill();
     apply(
@@ -816,6 +819,12 @@ async fn two_replicas_one_leads_and_the_standby_takes_over() {
         killed.elapsed().as_secs_f64()
     ));
     assert!(reconciles(&standby.scrape().await) > 0.0);
+    // "second" was admitted while only the standby was up: a standby
+    // serves admission (its counter moved).
+    assert!(
+        admitted(&standby.scrape().await) > standby_admitted,
+        "the standby answered the admission of \"second\""
+    );
     standby.kill();
     op.restart("operator-lifecycle-after-replicas");
     op.wait_ready().await;

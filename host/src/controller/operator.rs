@@ -376,6 +376,9 @@ pub async fn run(
     trainjob::run(ctx, trigger_rx, stop.clone()).await;
     stop.cancel();
     lost.abort();
+    // The controllers are done (shut down, or the Lease lost): so is
+    // everything every replica runs (catalog, watches, admission).
+    shutdown.cancel();
     if let Some(task) = catalog_task {
         match task.await {
             Ok(Err(e)) => warn!(error = %e, "plugin configuration controller ended with an error"),
