@@ -1,6 +1,6 @@
 //! ClusterTrainerPlugin validation (CREATE and UPDATE).
 //!
-//! - The run options must be usable ([`spec::options`]): a `limits.timeout`
+//! - The run options must be usable ([`options`]): a `limits.timeout`
 //!   or `limits.memory` out of range, or a `config` that cannot be
 //!   serialised, is refused on that field.
 //! - A `builtin` source must name a builtin plugin (`torch` or
