@@ -19,7 +19,8 @@ use crate::trainer::v1alpha1::{
     TrainJob, TrainJobSpec, TrainJobStatus, TrainingRuntime, TrainingRuntimeSpec,
 };
 use crate::trainforge::v1alpha1::{
-    ClusterTrainerPlugin, ClusterTrainerPluginSpec, ClusterTrainerPluginStatus,
+    ClusterTrainerPlugin, ClusterTrainerPluginSpec, ClusterTrainerPluginStatus, TrainerPlugin,
+    TrainerPluginPolicy, TrainerPluginPolicySpec, TrainerPluginSpec,
 };
 
 /// Errors while generating CRDs.
@@ -45,6 +46,8 @@ pub fn all_crds() -> Result<Vec<CustomResourceDefinition>, CrdError> {
         training_runtime_crd()?,
         cluster_training_runtime_crd()?,
         cluster_trainer_plugin_crd()?,
+        trainer_plugin_crd()?,
+        trainer_plugin_policy_crd()?,
     ])
 }
 
@@ -115,6 +118,43 @@ pub fn cluster_trainer_plugin_crd() -> Result<CustomResourceDefinition, CrdError
         &[],
     );
     with_schema(ClusterTrainerPlugin::crd(), KIND, root)
+}
+
+/// The `trainerplugins.trainforge.dev` CRD (namespaced, status
+/// subresource): a `ClusterTrainerPlugin` spec plus a TrainJob selector.
+pub fn trainer_plugin_crd() -> Result<CustomResourceDefinition, CrdError> {
+    const KIND: &str = crate::trainforge::v1alpha1::TRAINER_PLUGIN_KIND;
+    let err = |source| CrdError::Schema { kind: KIND, source };
+    let mut schemas = StructuralSchemas::new();
+    let spec = schemas.schema_for::<TrainerPluginSpec>().map_err(err)?;
+    let status = schemas
+        .schema_for::<ClusterTrainerPluginStatus>()
+        .map_err(err)?;
+    let root = root_schema(
+        "TrainerPlugin configures one framework plugin (a Wasm component) for the TrainJobs of its namespace, within the ceiling of the cluster's TrainerPluginPolicy.",
+        spec,
+        Some(status),
+        &[],
+    );
+    with_schema(TrainerPlugin::crd(), KIND, root)
+}
+
+/// The `trainerpluginpolicies.trainforge.dev` CRD (cluster scoped; only the
+/// object named `default` is accepted).
+pub fn trainer_plugin_policy_crd() -> Result<CustomResourceDefinition, CrdError> {
+    const KIND: &str = crate::trainforge::v1alpha1::TRAINER_PLUGIN_POLICY_KIND;
+    let err = |source| CrdError::Schema { kind: KIND, source };
+    let mut schemas = StructuralSchemas::new();
+    let spec = schemas
+        .schema_for::<TrainerPluginPolicySpec>()
+        .map_err(err)?;
+    let root = root_schema(
+        "TrainerPluginPolicy is the ceiling on tenant plugins (TrainerPlugin): which namespaces may have them, which sources, phases and kinds they may use, their largest limits and grants, and the pod security level of what they change. Only the object named default is read.",
+        spec,
+        None,
+        &[crate::trainforge::v1alpha1::cel::POLICY_NAMED_DEFAULT],
+    );
+    with_schema(TrainerPluginPolicy::crd(), KIND, root)
 }
 
 fn runtime_root_schema(kind: &'static str, description: &str) -> Result<Value, CrdError> {

@@ -15,8 +15,6 @@ mod plugin_common;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use operator_common::*;
 use plugin_common::hostile_declaring;
@@ -1144,43 +1142,11 @@ struct Fx {
     client: kube::Client,
 }
 
-/// Store `bytes` in a ConfigMap of `default` and point a
-/// `ClusterTrainerPlugin` `name` at it (order 100, failurePolicy Fail),
-/// `extra` merged into its spec.
+/// Store `bytes` in ConfigMap `default/plugin-<name>` and point
+/// `ClusterTrainerPlugin` `name` at it.
 async fn install(fx: &Fx, name: &str, bytes: &[u8], extra: Value) {
-    let cms: Api<ConfigMap> = Api::namespaced(fx.client.clone(), "default");
-    let cm = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some(format!("plugin-{name}")),
-            ..Default::default()
-        },
-        binary_data: Some(std::collections::BTreeMap::from([(
-            "plugin.wasm".to_owned(),
-            ByteString(bytes.to_vec()),
-        )])),
-        ..Default::default()
-    };
-    cms.patch(
-        &format!("plugin-{name}"),
-        &PatchParams::apply("admission-test").force(),
-        &Patch::Apply(&cm),
-    )
-    .await
-    .unwrap();
-    let mut spec = json!({
-        "source": {"configMap": {"namespace": "default", "name": format!("plugin-{name}"), "key": "plugin.wasm"}},
-        "sha256": trainforge::plugin::sha256_hex(bytes),
-        "order": 100,
-        "failurePolicy": "Fail",
-    });
-    if let (Some(s), Value::Object(extra)) = (spec.as_object_mut(), extra) {
-        s.extend(extra);
-    }
-    apply(
-        &fx.client,
-        &json!({"apiVersion": CTP, "kind": "ClusterTrainerPlugin", "metadata": {"name": name}, "spec": spec}),
-    )
-    .await;
+    let cm = format!("plugin-{name}");
+    install_cluster_plugin(&fx.client, "default", &cm, name, bytes, extra).await;
 }
 
 async fn uninstall(fx: &Fx, name: &str) {
@@ -1207,20 +1173,6 @@ async fn wait_ctp(fx: &Fx, name: &str, _ready: bool) -> Value {
         },
     )
     .await
-}
-
-/// A TrainJob of `torch-distributed` asking hostile plugin `plugin` for
-/// `attack` (its annotation).
-fn attacked(ns: &str, name: &str, plugin: &str, attack: Value) -> Value {
-    let mut tj = trainjob_object(
-        ns,
-        name,
-        "torch-distributed",
-        json!({"trainer": {"numNodes": 1}}),
-    );
-    tj["metadata"]["annotations"] =
-        json!({ format!("hostile.trainforge.dev/{plugin}"): attack.to_string() });
-    tj
 }
 
 /// A plugin's `validate` runs in the API server's request path: a looping,

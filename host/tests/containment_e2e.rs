@@ -28,16 +28,12 @@
 mod operator_common;
 mod plugin_common;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use operator_common::*;
 use plugin_common::{hostile_declaring, slow_to_compile_component};
 use serde_json::{Value, json};
-use trainforge::plugin::sha256_hex;
 use trainforge_testenv::{Mode, TestEnv};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -123,43 +119,11 @@ fn step(text: &str) {
 
 // ------------------------------------------------------------ plugins
 
-/// Store `bytes` in a ConfigMap and point a `ClusterTrainerPlugin` named
-/// `name` at it (order 100: before every builtin), with `extra` merged into
-/// its spec.
+/// Store `bytes` in ConfigMap `hostile-<name>` of the operator's namespace
+/// and point `ClusterTrainerPlugin` `name` at it.
 async fn install(fx: &Fx, name: &str, bytes: &[u8], extra: Value) {
-    let cms: Api<ConfigMap> = Api::namespaced(fx.client.clone(), OPERATOR_NS);
-    let cm = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some(format!("hostile-{name}")),
-            ..Default::default()
-        },
-        binary_data: Some(BTreeMap::from([(
-            "plugin.wasm".to_owned(),
-            ByteString(bytes.to_vec()),
-        )])),
-        ..Default::default()
-    };
-    cms.patch(
-        &format!("hostile-{name}"),
-        &PatchParams::apply("containment-test").force(),
-        &Patch::Apply(&cm),
-    )
-    .await
-    .unwrap();
-    let mut spec = json!({
-        "source": {"configMap": {"namespace": OPERATOR_NS, "name": format!("hostile-{name}"), "key": "plugin.wasm"}},
-        "sha256": sha256_hex(bytes),
-        "order": 100,
-        "failurePolicy": "Fail",
-    });
-    if let (Some(s), Value::Object(extra)) = (spec.as_object_mut(), extra) {
-        s.extend(extra);
-    }
-    apply(
-        &fx.client,
-        &json!({"apiVersion": CTP, "kind": "ClusterTrainerPlugin", "metadata": {"name": name}, "spec": spec}),
-    )
-    .await;
+    let cm = format!("hostile-{name}");
+    install_cluster_plugin(&fx.client, OPERATOR_NS, &cm, name, bytes, extra).await;
 }
 
 async fn uninstall(fx: &Fx, name: &str) {
@@ -209,49 +173,6 @@ async fn refused(fx: &Fx, name: &str, descriptor: Value, extra: Value) -> (Strin
 }
 
 // ------------------------------------------------------------ TrainJobs
-
-/// A TrainJob of `torch-distributed` asking hostile plugin `plugin` for
-/// `attack` (its annotation).
-fn attacked(ns: &str, name: &str, plugin: &str, attack: Value) -> Value {
-    let mut tj = trainjob_object(
-        ns,
-        name,
-        "torch-distributed",
-        json!({"trainer": {"numNodes": 1}}),
-    );
-    tj["metadata"]["annotations"] =
-        json!({ format!("hostile.trainforge.dev/{plugin}"): attack.to_string() });
-    tj
-}
-
-/// The notes of the Warning Events about TrainJob `name`.
-async fn warnings(fx: &Fx, ns: &str, name: &str) -> Vec<String> {
-    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(fx.client.clone(), ns);
-    let Ok(list) = events.list(&Default::default()).await else {
-        return Vec::new();
-    };
-    list.items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .filter(|e| e.type_.as_deref() == Some("Warning"))
-        .filter_map(|e| e.note)
-        .collect()
-}
-
-/// Wait for a Warning Event about `name` containing every one of `words`.
-async fn wait_warning(fx: &Fx, ns: &str, name: &str, words: &[&str]) -> String {
-    eventually(
-        &format!("a Warning Event on {ns}/{name} with {words:?}"),
-        TIMEOUT,
-        || async {
-            warnings(fx, ns, name)
-                .await
-                .into_iter()
-                .find(|n| words.iter().all(|w| n.contains(w)))
-        },
-    )
-    .await
-}
 
 /// A normal TrainJob runs to `Complete`: the operator still serves.
 /// Returns the time from create to `Complete` (a figure).
@@ -346,7 +267,7 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
         "pointer": "/metadata/namespace", "value": "kube-system"}]});
     apply(&fx.client, &attacked(&ns, "mover", "evil", moves)).await;
     let note = wait_warning(
-        &fx,
+        &fx.client,
         &ns,
         "mover",
         &["evil", "IdentityChanged", "metadata.namespace"],
@@ -361,7 +282,7 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
     ]});
     apply(&fx.client, &attacked(&ns, "escalator", "evil", privileged)).await;
     wait_warning(
-        &fx,
+        &fx.client,
         &ns,
         "escalator",
         &["evil", "PodSecurity", "grants.pod"],
@@ -513,7 +434,7 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
     {
         let name = format!("writer-{i}");
         apply(&fx.client, &attacked(&ns, &name, "evil", json!({"emit": [obj]}))).await;
-        wait_warning(&fx, &ns, &name, &["evil", "ForbiddenObject"]).await;
+        wait_warning(&fx.client, &ns, &name, &["evil", "ForbiddenObject"]).await;
     }
     let lease_after = get(
         &fx.client,
@@ -608,7 +529,7 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
         )
         .await;
         wait_warning(
-            &fx,
+            &fx.client,
             &ns,
             &name,
             &["already exists", "not controlled by this TrainJob"],
@@ -673,7 +594,7 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
         &attacked(&ns, "sleeper", "evil", json!({"attack": "sleep"})),
     )
     .await;
-    wait_warning(&fx, &ns, "sleeper", &["evil", "wait"]).await;
+    wait_warning(&fx.client, &ns, "sleeper", &["evil", "wait"]).await;
     during.push(normal_trainjob_completes(&fx, "after a sleeping plugin").await);
     let slow = slow_to_compile_component(3000, 600);
     let started = Instant::now();
@@ -709,7 +630,7 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
         &attacked(&ns, "shouter", "evil", json!({"attack": "huge-error"})),
     )
     .await;
-    let note = wait_warning(&fx, &ns, "shouter", &["evil", "PluginError"]).await;
+    let note = wait_warning(&fx.client, &ns, "shouter", &["evil", "PluginError"]).await;
     assert!(
         note.len() <= 1024 && !note.contains('\n'),
         "{} bytes: {note:?}",
@@ -726,7 +647,7 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
     )
     .await;
     wait_warning(
-        &fx,
+        &fx.client,
         &ns,
         "hoarder",
         &["evil", "InvalidOutput", "2000 objects"],

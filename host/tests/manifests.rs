@@ -415,6 +415,28 @@ fn kustomization_renders_the_whole_install() {
         !of_kind(&objs, "ClusterTrainerPlugin").is_empty(),
         "no default ClusterTrainerPlugins (manifests/plugins)"
     );
+    // The ceiling on tenant plugins, and the roles a platform binds to a
+    // team's admins (only TrainerPlugins and ConfigMaps, namespaced use).
+    let policies = of_kind(&objs, "TrainerPluginPolicy");
+    assert_eq!(policies.len(), 1);
+    assert_eq!(name(policies[0]), "default");
+    let editor = of_kind(&objs, "ClusterRole")
+        .into_iter()
+        .find(|r| name(r) == "trainforge-trainerplugin-editor")
+        .expect("tenant editor role");
+    assert_eq!(
+        editor["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-admin"],
+        "true"
+    );
+    for rule in editor["rules"].as_array().unwrap() {
+        for r in rule["resources"].as_array().unwrap() {
+            assert!(
+                ["trainerplugins", "trainerplugins/status", "configmaps"]
+                    .contains(&r.as_str().unwrap()),
+                "tenant role grants {r}"
+            );
+        }
+    }
 
     // Cluster-scoped kinds carry no namespace (no stray namespace transformer).
     for o in &objs {
@@ -425,6 +447,7 @@ fn kustomization_renders_the_whole_install() {
                 | "ClusterRoleBinding"
                 | "ClusterTrainingRuntime"
                 | "ClusterTrainerPlugin"
+                | "TrainerPluginPolicy"
                 | "Namespace"
                 | "MutatingWebhookConfiguration"
                 | "ValidatingWebhookConfiguration"
@@ -616,6 +639,14 @@ fn check_webhooks(objs: &[Value]) {
             "trainforge.dev",
             "clustertrainerplugins",
             Some(PLUGIN_WEBHOOK_VALIDATION_LABEL),
+        ),
+        (
+            "ValidatingWebhookConfiguration",
+            "validator.trainerplugin.trainforge.dev",
+            "/validate-trainforge-dev-v1alpha1-trainerplugin",
+            "trainforge.dev",
+            "trainerplugins",
+            None,
         ),
     ];
     let mutating = of_kind(objs, "MutatingWebhookConfiguration");
@@ -946,6 +977,16 @@ const NEEDED: &[Perm] = &[
         "status",
         None,
     ),
+    ("watch", "trainforge.dev", "trainerplugins", "", None),
+    ("list", "trainforge.dev", "trainerpluginpolicies", "", None),
+    (
+        "patch",
+        "trainforge.dev",
+        "trainerplugins",
+        "status",
+        Some("team-a"),
+    ),
+    ("watch", "", "namespaces", "", None),
     ("create", "jobset.x-k8s.io", "jobsets", "", Some("team-a")),
     ("patch", "jobset.x-k8s.io", "jobsets", "", Some("team-a")),
     ("delete", "jobset.x-k8s.io", "jobsets", "", Some("team-a")),
@@ -1040,6 +1081,21 @@ const NOT_NEEDED: &[Perm] = &[
         "",
         None,
     ),
+    (
+        "patch",
+        "trainforge.dev",
+        "trainerplugins",
+        "",
+        Some("team-a"),
+    ),
+    (
+        "update",
+        "trainforge.dev",
+        "trainerpluginpolicies",
+        "",
+        None,
+    ),
+    ("patch", "", "namespaces", "", None),
     ("delete", "", "secrets", "", Some("team-a")),
     ("list", "", "nodes", "", None),
     (

@@ -1,4 +1,9 @@
-//! ClusterTrainerPlugin validation (CREATE and UPDATE).
+//! ClusterTrainerPlugin and TrainerPlugin validation (CREATE and UPDATE).
+//!
+//! A `TrainerPlugin` (a tenant's) is first held to its namespace: a
+//! `configMap` source in another namespace, a `file://` URL and an unusable
+//! `selector` are refused on their field. Then both kinds get the same
+//! checks:
 //!
 //! - The run options must be usable ([`options`]): a `limits.timeout`
 //!   or `limits.memory` out of range, or a `config` that cannot be
@@ -24,7 +29,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 use trainforge_api::plugin::{FieldError, FieldErrorType, Phase, PluginError};
-use trainforge_api::trainforge::v1alpha1::ClusterTrainerPlugin;
+use trainforge_api::trainforge::v1alpha1::{
+    ClusterTrainerPlugin, ClusterTrainerPluginSpec, TrainerPlugin,
+};
 
 use super::review::{Operation, Verdict};
 use crate::controller::catalog::fetch::find_builtin;
@@ -36,9 +43,14 @@ use crate::plugin::{
 /// Why a ClusterTrainerPlugin review could not be answered.
 #[derive(Debug, thiserror::Error)]
 pub enum PluginReviewError {
-    /// The object is not a ClusterTrainerPlugin.
-    #[error("decoding the ClusterTrainerPlugin: {0}")]
-    Decode(String),
+    /// The object is not a ClusterTrainerPlugin (or TrainerPlugin).
+    #[error("decoding the {kind}: {message}")]
+    Decode {
+        /// The kind expected.
+        kind: &'static str,
+        /// The decoding error.
+        message: String,
+    },
     /// The plugin runtime used to try builtins could not be created.
     #[error("creating the plugin runtime: {0}")]
     Runtime(String),
@@ -65,13 +77,77 @@ pub fn review_plugin(
     if !matches!(operation, Operation::Create | Operation::Update) {
         return Ok(Verdict::allow(Vec::new()));
     }
-    let ctp: ClusterTrainerPlugin = serde_json::from_value(object.clone())
-        .map_err(|e| PluginReviewError::Decode(e.to_string()))?;
-    let opts = match options(&ctp.spec, &Limits::default()) {
+    let ctp: ClusterTrainerPlugin =
+        serde_json::from_value(object.clone()).map_err(|e| PluginReviewError::Decode {
+            kind: "ClusterTrainerPlugin",
+            message: e.to_string(),
+        })?;
+    review_spec(&ctp.spec, runtime, budget)
+}
+
+/// Review a TrainerPlugin in `namespace`: held to its namespace, then the
+/// checks of a ClusterTrainerPlugin on its spec.
+pub fn review_trainer_plugin(
+    operation: Operation,
+    object: &Value,
+    namespace: &str,
+    runtime: &dyn Fn() -> Result<Arc<PluginRuntime>, String>,
+    budget: Duration,
+) -> Result<Verdict, PluginReviewError> {
+    if !matches!(operation, Operation::Create | Operation::Update) {
+        return Ok(Verdict::allow(Vec::new()));
+    }
+    let tp: TrainerPlugin =
+        serde_json::from_value(object.clone()).map_err(|e| PluginReviewError::Decode {
+            kind: "TrainerPlugin",
+            message: e.to_string(),
+        })?;
+    let mut errors = Vec::new();
+    let source = &tp.spec.plugin.source;
+    if let Some(cm) = &source.config_map
+        && cm.namespace != namespace
+    {
+        errors.push(FieldError {
+            error_type: FieldErrorType::Forbidden,
+            field: "spec.source.configMap.namespace".into(),
+            bad_value: None,
+            detail: format!(
+                "a TrainerPlugin's ConfigMap must be in its own namespace {namespace:?}, not {:?}",
+                cm.namespace
+            ),
+        });
+    }
+    if source
+        .url
+        .as_deref()
+        .is_some_and(|u| !u.starts_with("https://"))
+    {
+        errors.push(FieldError::forbidden(
+            "spec.source.url",
+            "a TrainerPlugin cannot read the operator's file system; use https:// or a ConfigMap",
+        ));
+    }
+    if let Some(sel) = &tp.spec.selector
+        && let Err(e) = kube::core::Selector::try_from(sel.clone())
+    {
+        errors.push(FieldError::invalid("spec.selector", e.to_string()));
+    }
+    if !errors.is_empty() {
+        return Ok(Verdict::forbidden(&errors, Vec::new()));
+    }
+    review_spec(&tp.spec.plugin, runtime, budget)
+}
+
+fn review_spec(
+    spec: &ClusterTrainerPluginSpec,
+    runtime: &dyn Fn() -> Result<Arc<PluginRuntime>, String>,
+    budget: Duration,
+) -> Result<Verdict, PluginReviewError> {
+    let opts = match options(spec, &Limits::default()) {
         Ok(o) => o,
         Err(e) => return Ok(Verdict::forbidden(&[spec_error(&e)], Vec::new())),
     };
-    let Some(name) = ctp.spec.source.builtin.as_deref() else {
+    let Some(name) = spec.source.builtin.as_deref() else {
         return Ok(Verdict::allow(Vec::new()));
     };
     let Some(b) = find_builtin(name) else {

@@ -27,7 +27,7 @@ use trainforge_api::trainer::v1alpha1::constants::{
 };
 
 use super::defaulting::{default_trainjob, format_time};
-use super::plugins::review_plugin;
+use super::plugins::{review_plugin, review_trainer_plugin};
 use super::review::{Operation, Request, Verdict, parse_review, response_body};
 use super::runtimes::{RuntimeKind, review_runtime};
 use super::trainjob::{RuntimeLookup, review_trainjob};
@@ -49,6 +49,8 @@ pub const PATH_VALIDATE_CLUSTER_TRAINING_RUNTIME: &str =
 /// The ClusterTrainerPlugin validation path.
 pub const PATH_VALIDATE_CLUSTER_TRAINER_PLUGIN: &str =
     "/validate-trainforge-dev-v1alpha1-clustertrainerplugin";
+/// The TrainerPlugin validation path.
+pub const PATH_VALIDATE_TRAINER_PLUGIN: &str = "/validate-trainforge-dev-v1alpha1-trainerplugin";
 
 /// Largest request body accepted (the API server sends objects of up to
 /// about 3 MiB, twice on UPDATE).
@@ -66,6 +68,17 @@ pub const DEADLINE_MARGIN: Duration = Duration::from_millis(500);
 pub trait PluginsNow: Send + Sync {
     /// The current set (each request takes it once, at its start).
     fn current(&self) -> Arc<PluginSet>;
+
+    /// The set a TrainJob of `namespace` with `labels` is validated by (the
+    /// cluster's plugins and the tenant plugins that apply to it).
+    fn for_trainjob(
+        &self,
+        namespace: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Arc<PluginSet> {
+        let _ = (namespace, labels);
+        self.current()
+    }
 }
 
 /// The current time, as the defaulting webhook stamps runtime patches.
@@ -141,6 +154,7 @@ enum Webhook {
     ValidateTrainingRuntime,
     ValidateClusterTrainingRuntime,
     ValidateClusterTrainerPlugin,
+    ValidateTrainerPlugin,
 }
 
 impl Webhook {
@@ -152,6 +166,7 @@ impl Webhook {
             Webhook::ValidateTrainingRuntime => "trainingruntime",
             Webhook::ValidateClusterTrainingRuntime => "clustertrainingruntime",
             Webhook::ValidateClusterTrainerPlugin => "clustertrainerplugin",
+            Webhook::ValidateTrainerPlugin => "trainerplugin",
         }
     }
 
@@ -162,6 +177,7 @@ impl Webhook {
             Webhook::ValidateTrainingRuntime => (GROUP, TRAINING_RUNTIME_KIND),
             Webhook::ValidateClusterTrainingRuntime => (GROUP, CLUSTER_TRAINING_RUNTIME_KIND),
             Webhook::ValidateClusterTrainerPlugin => ("trainforge.dev", "ClusterTrainerPlugin"),
+            Webhook::ValidateTrainerPlugin => ("trainforge.dev", "TrainerPlugin"),
         }
     }
 }
@@ -185,6 +201,10 @@ pub fn router(state: Arc<AdmissionState>) -> Router {
         .route(
             PATH_VALIDATE_CLUSTER_TRAINER_PLUGIN,
             route(Webhook::ValidateClusterTrainerPlugin),
+        )
+        .route(
+            PATH_VALIDATE_TRAINER_PLUGIN,
+            route(Webhook::ValidateTrainerPlugin),
         )
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
@@ -248,12 +268,27 @@ fn decide(
             &|| state.plugin_runtime(),
             budget.remaining(),
         )
-        .unwrap_or_else(|e| match e {
-            super::plugins::PluginReviewError::Runtime(_) => {
-                Verdict::deny(500, "InternalError", e.to_string(), Vec::new())
-            }
-            super::plugins::PluginReviewError::Decode(_) => bad_request(&e),
-        }),
+        .unwrap_or_else(|e| plugin_review_failed(&e)),
+        Webhook::ValidateTrainerPlugin => review_trainer_plugin(
+            op,
+            &req.object,
+            req.raw.namespace.as_deref().unwrap_or_default(),
+            &|| state.plugin_runtime(),
+            budget.remaining(),
+        )
+        .unwrap_or_else(|e| plugin_review_failed(&e)),
+    }
+}
+
+/// The answer when a plugin review could not be made.
+fn plugin_review_failed(e: &super::plugins::PluginReviewError) -> Verdict {
+    match e {
+        super::plugins::PluginReviewError::Runtime(_) => {
+            Verdict::deny(500, "InternalError", e.to_string(), Vec::new())
+        }
+        super::plugins::PluginReviewError::Decode { .. } => {
+            Verdict::deny(400, "BadRequest", e.to_string(), Vec::new())
+        }
     }
 }
 
@@ -309,7 +344,19 @@ async fn handle(state: Arc<AdmissionState>, webhook: Webhook, body: Bytes) -> Re
     async move {
         let (group, kind) = req.group_kind();
         let (want_group, want_kind) = webhook.group_kind();
-        let plugins = state.plugins.current();
+        let plugins = match webhook {
+            Webhook::ValidateTrainJob => {
+                let labels = req
+                    .object
+                    .pointer("/metadata/labels")
+                    .and_then(|l| serde_json::from_value(l.clone()).ok())
+                    .unwrap_or_default();
+                state
+                    .plugins
+                    .for_trainjob(req.raw.namespace.as_deref().unwrap_or_default(), &labels)
+            }
+            _ => state.plugins.current(),
+        };
         let budget = Arc::new(ValidateBudget::new(state.budget));
         let verdict = if (group, kind) != (want_group, want_kind) {
             Verdict::deny(
@@ -636,6 +683,57 @@ mod tests {
         );
     }
 
+    /// A TrainerPlugin is held to its own namespace before anything else.
+    #[tokio::test]
+    async fn trainer_plugin_path() {
+        let (s, _) = state(FailurePolicy::Fail, DEFAULT_BUDGET);
+        let tp = |source: Value| {
+            json!({"apiVersion": "trainforge.dev/v1alpha1", "kind": "TrainerPlugin",
+            "metadata": {"name": "p", "namespace": "team-a"},
+            "spec": {"source": source, "sha256": "0".repeat(64)}})
+        };
+        let ask = |object: Value| {
+            let mut r: Value = serde_json::from_slice(&review(
+                "trainforge.dev",
+                "TrainerPlugin",
+                "CREATE",
+                object,
+                None,
+            ))
+            .unwrap();
+            r["request"]["namespace"] = json!("team-a");
+            post(
+                router(s.clone()),
+                PATH_VALIDATE_TRAINER_PLUGIN,
+                serde_json::to_vec(&r).unwrap(),
+            )
+        };
+        let (_, out, _) = ask(tp(
+            json!({"configMap": {"namespace": "team-a", "name": "m", "key": "k"}}),
+        ))
+        .await;
+        assert_eq!(out["response"]["allowed"], true, "{out}");
+        for (source, want) in [
+            (
+                json!({"configMap": {"namespace": "team-b", "name": "m", "key": "k"}}),
+                "spec.source.configMap.namespace: Forbidden: a TrainerPlugin's ConfigMap must be in its own namespace \"team-a\", not \"team-b\"",
+            ),
+            (
+                json!({"url": "file:///etc/passwd"}),
+                "spec.source.url: Forbidden",
+            ),
+            (
+                json!({"builtin": "nope"}),
+                "spec.source.builtin: Unsupported value",
+            ),
+        ] {
+            let (_, out, _) = ask(tp(source.clone())).await;
+            assert_eq!(out["response"]["allowed"], false, "{source}");
+            let message = out["response"]["status"]["message"].as_str().unwrap();
+            assert!(message.contains(want), "{source}: {message}");
+        }
+    }
+
     #[tokio::test]
     async fn garbage_wrong_kinds_and_huge_bodies() {
         let (s, metrics) = state(FailurePolicy::Fail, DEFAULT_BUDGET);
@@ -645,6 +743,7 @@ mod tests {
             PATH_VALIDATE_TRAINING_RUNTIME,
             PATH_VALIDATE_CLUSTER_TRAINING_RUNTIME,
             PATH_VALIDATE_CLUSTER_TRAINER_PLUGIN,
+            PATH_VALIDATE_TRAINER_PLUGIN,
         ] {
             let (code, _, text) = post(router(s.clone()), path, b"{not json".to_vec()).await;
             assert_eq!(code, StatusCode::BAD_REQUEST, "{path}");
@@ -683,6 +782,7 @@ mod tests {
                 PATH_VALIDATE_TRAINING_RUNTIME => (GROUP, "TrainingRuntime"),
                 PATH_VALIDATE_CLUSTER_TRAINING_RUNTIME => (GROUP, "ClusterTrainingRuntime"),
                 PATH_VALIDATE_CLUSTER_TRAINER_PLUGIN => ("trainforge.dev", "ClusterTrainerPlugin"),
+                PATH_VALIDATE_TRAINER_PLUGIN => ("trainforge.dev", "TrainerPlugin"),
                 _ => (GROUP, "TrainJob"),
             };
             let huge: Vec<Value> = (0..20_000).map(|i| json!(i)).collect();

@@ -25,6 +25,8 @@ use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+
+use super::tenants::TenantPlugins;
 use trainforge_api::trainer::v1alpha1::{ClusterTrainingRuntime, TrainingRuntime};
 
 use super::ops::metrics::Metrics;
@@ -94,12 +96,30 @@ pub enum Error {
     Certs(#[from] certs::Error),
 }
 
-/// The plugin set in service, as the admission handlers read it.
-struct CurrentPlugins(Arc<dyn Plugins>);
+/// The plugin set in service, as the admission handlers read it; a
+/// TrainJob is validated by its own set (with its namespace's tenant
+/// plugins).
+struct CurrentPlugins(Arc<dyn Plugins>, Option<Arc<TenantPlugins>>);
 
 impl PluginsNow for CurrentPlugins {
     fn current(&self) -> Arc<PluginSet> {
         self.0.current()
+    }
+
+    fn for_trainjob(
+        &self,
+        namespace: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Arc<PluginSet> {
+        let cluster = self.0.current();
+        match &self.1 {
+            // A set that cannot be put together is reported by the
+            // controller; admission validates with the cluster's plugins.
+            Some(t) => t
+                .compose(cluster.clone(), namespace, labels)
+                .map_or(cluster, |c| c.set),
+            None => cluster,
+        }
     }
 }
 
@@ -219,6 +239,7 @@ pub async fn start(
     args: &AdmissionArgs,
     client: kube::Client,
     plugins: Arc<dyn Plugins>,
+    tenants: Option<Arc<TenantPlugins>>,
     runtime: Arc<PluginRuntime>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
@@ -235,7 +256,7 @@ pub async fn start(
     });
     let state = Arc::new(
         AdmissionState::new(
-            Arc::new(CurrentPlugins(plugins)),
+            Arc::new(CurrentPlugins(plugins, tenants)),
             runtimes,
             metrics,
             Duration::from_millis(args.admission_budget_ms.clamp(100, 9_000)),

@@ -5,6 +5,8 @@
 //! - [`catalog`]: the `ClusterTrainerPlugin` controller that fetches,
 //!   verifies, compiles and hot-swaps the plugin set in service (the Wasm
 //!   runtime itself is [`crate::plugin`]).
+//! - [`tenants`]: the `TrainerPlugin` controller (tenant plugins, capped by
+//!   the `TrainerPluginPolicy`) and the per-TrainJob plugin set.
 //! - [`admission`]: the HTTPS admission webhooks (certificates, listener);
 //!   what they check is [`crate::admission`].
 //! - [`ops`]: metrics, health endpoints, leader election, shutdown.
@@ -14,4 +16,5 @@ pub mod admission;
 pub mod catalog;
 pub mod operator;
 pub mod ops;
+pub mod tenants;
 pub mod trainjob;

@@ -36,6 +36,7 @@ use super::catalog::PluginCatalog;
 use super::ops::health::{self, Readiness, ReadyFlag};
 use super::ops::leader::{LeaderElection, LeaderOptions};
 use super::ops::metrics::Metrics;
+use super::tenants::TenantPlugins;
 use super::trainjob::serving::{self, NotServing};
 use super::trainjob::{self, Context, FixedPlugins, ObjectCache, Plugins, Settings};
 use crate::plugin::{self, PluginRuntime, PluginSet, RuntimeConfig};
@@ -77,6 +78,11 @@ pub struct OperatorArgs {
     /// Memory the compiler of one plugin component may use (MiB).
     #[arg(long, default_value_t = 1024)]
     pub plugin_compile_memory_mib: u64,
+    /// TrainJobs of one namespace reconciled at once when tenant plugins
+    /// (`TrainerPlugin`s) apply to them: a namespace with slow plugins
+    /// never holds more reconcile workers than this.
+    #[arg(long, default_value_t = 1)]
+    pub tenant_concurrency: u16,
     /// The admission webhooks.
     #[command(flatten)]
     pub admission: super::admission::AdmissionArgs,
@@ -220,53 +226,77 @@ pub async fn run(
         })
     };
     let objects = Arc::new(ObjectCache::new(client.clone(), trigger_tx));
-    let (plugins, generations, catalog_task): (Arc<dyn Plugins>, _, _) = if args.builtin_plugins {
-        let set = builtin_set(&runtime, objects.clone())?;
-        let fixed = FixedPlugins(Arc::new(set));
-        // The set never changes: the check is decided once.
-        ready_plugins.set(readiness_of(Plugins::not_serving(&fixed, &fixed.current())));
-        (Arc::new(fixed) as Arc<dyn Plugins>, None, None)
-    } else {
-        let catalog = Arc::new(PluginCatalog::new(runtime.clone(), objects.clone()));
-        let task = tokio::spawn(super::catalog::run_with(
-            client.clone(),
-            catalog.clone(),
-            shutdown.clone(),
-            super::catalog::Options {
-                status_writes: Some(leader.subscribe()),
-                ..Default::default()
-            },
-        ));
-        tokio::spawn(follow_plugins(
-            catalog.clone(),
-            ready_plugins.clone(),
-            shutdown.clone(),
-        ));
-        let mut generations = catalog.subscribe();
-        while !catalog.is_synced() {
-            tokio::select! {
-                _ = shutdown.cancelled() => return Ok(()),
-                _ = generations.changed() => {},
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {},
+    let (plugins, generations, catalog_task, tenants): (Arc<dyn Plugins>, _, _, _) =
+        if args.builtin_plugins {
+            let set = builtin_set(&runtime, objects.clone())?;
+            let fixed = FixedPlugins(Arc::new(set));
+            // The set never changes: the check is decided once.
+            ready_plugins.set(readiness_of(Plugins::not_serving(&fixed, &fixed.current())));
+            (Arc::new(fixed) as Arc<dyn Plugins>, None, None, None)
+        } else {
+            let catalog = Arc::new(PluginCatalog::new(runtime.clone(), objects.clone()));
+            let task = tokio::spawn(super::catalog::run_with(
+                client.clone(),
+                catalog.clone(),
+                shutdown.clone(),
+                super::catalog::Options {
+                    status_writes: Some(leader.subscribe()),
+                    ..Default::default()
+                },
+            ));
+            tokio::spawn(follow_plugins(
+                catalog.clone(),
+                ready_plugins.clone(),
+                shutdown.clone(),
+            ));
+            let mut generations = catalog.subscribe();
+            while !catalog.is_synced() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(()),
+                    _ = generations.changed() => {},
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {},
+                }
             }
-        }
-        (
-            catalog.clone() as Arc<dyn Plugins>,
-            Some((catalog, generations)),
-            Some(task),
-        )
-    };
+            // Tenant plugins load beside the cluster's; TrainJobs never wait
+            // for them.
+            let tenants = Arc::new(TenantPlugins::new(usize::from(args.tenant_concurrency)));
+            {
+                let (client, catalog, tenants, shutdown, writes) = (
+                    client.clone(),
+                    catalog.clone(),
+                    tenants.clone(),
+                    shutdown.clone(),
+                    leader.subscribe(),
+                );
+                tokio::spawn(async move {
+                    if let Err(e) =
+                        super::tenants::run(client, catalog, tenants, shutdown, Some(writes)).await
+                    {
+                        error!(error = %e, "TrainerPlugin controller stopped");
+                    }
+                });
+            }
+            (
+                catalog.clone() as Arc<dyn Plugins>,
+                Some((catalog, generations)),
+                Some(task),
+                Some(tenants),
+            )
+        };
 
     // Watches follow the plugin set: what each plugin may emit, read or
     // watch (after the administrator's narrowing), never more.
     let kinds_of = {
-        let plugins = plugins.clone();
+        let (plugins, tenants) = (plugins.clone(), tenants.clone());
         move || {
             let mut k = host_kinds();
             for p in plugins.current().plugins() {
                 k.extend(p.allowed_emits().iter().cloned());
                 k.extend(p.allowed_reads().iter().cloned());
                 k.extend(p.descriptor().watches.iter().cloned());
+            }
+            if let Some(t) = &tenants {
+                k.extend(t.kinds());
             }
             k
         }
@@ -281,13 +311,18 @@ pub async fn run(
         let objects = objects.clone();
         let stop = shutdown.clone();
         let mut generations = generations.map(|(_, g)| g);
+        let mut tenant_generations = tenants.as_ref().map(|t| t.subscribe());
         let mut retry = !missing.is_empty();
         tokio::spawn(async move {
             loop {
                 let changed = async {
-                    match generations.as_mut() {
-                        Some(g) => g.changed().await.is_ok(),
-                        None => futures::future::pending::<bool>().await,
+                    match (generations.as_mut(), tenant_generations.as_mut()) {
+                        (Some(g), Some(t)) => tokio::select! {
+                            r = g.changed() => r.is_ok(),
+                            r = t.changed() => r.is_ok(),
+                        },
+                        (Some(g), None) => g.changed().await.is_ok(),
+                        _ => futures::future::pending::<bool>().await,
                     }
                 };
                 tokio::select! {
@@ -308,7 +343,7 @@ pub async fn run(
     // certificate may wait on the API (RBAC, a namespace not there yet)
     // while this replica leads and reconciles. `/readyz` says so meanwhile.
     {
-        let (args, client, plugins, runtime, metrics, shutdown, ready) = (
+        let (args, client, plugins, runtime, metrics, shutdown, ready, tenants) = (
             args.admission.clone(),
             client.clone(),
             plugins.clone(),
@@ -316,9 +351,13 @@ pub async fn run(
             metrics.clone(),
             shutdown.clone(),
             ready_admission.clone(),
+            tenants.clone(),
         );
         tokio::spawn(async move {
-            match super::admission::start(&args, client, plugins, runtime, metrics, shutdown).await
+            match super::admission::start(
+                &args, client, plugins, tenants, runtime, metrics, shutdown,
+            )
+            .await
             {
                 Ok(_) => ready.set_ready(),
                 Err(e) => {
@@ -365,14 +404,17 @@ pub async fn run(
         concurrency: args.concurrency.max(1),
         namespace: args.namespace.clone(),
     };
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        plugins,
-        objects,
-        metrics,
-        Some(leader.identity().to_owned()),
-        settings,
-    ));
+    let ctx = Arc::new(
+        Context::new(
+            client.clone(),
+            plugins,
+            objects,
+            metrics,
+            Some(leader.identity().to_owned()),
+            settings,
+        )
+        .with_tenants(tenants),
+    );
     trainjob::run(ctx, trigger_rx, stop.clone()).await;
     stop.cancel();
     lost.abort();

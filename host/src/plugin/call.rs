@@ -63,6 +63,9 @@ pub(crate) struct Inner {
     pub(crate) failure_policy: FailurePolicy,
     /// Phases the configuration allows (`None` = all implemented).
     pub(crate) phases: Option<BTreeSet<Phase>>,
+    /// The name the call observer sees: the plugin's name, or
+    /// `<namespace>/<name>` for a tenant plugin.
+    pub(crate) observed_name: String,
 }
 
 /// What every call of one plugin needs: engine, its epoch ticker (kept
@@ -240,6 +243,12 @@ impl LoadedPlugin {
         &self.inner.pod_grants
     }
 
+    /// The namespace of the `TrainerPlugin` serving this plugin, for a
+    /// tenant plugin.
+    pub fn tenant(&self) -> Option<&str> {
+        self.inner.observed_name.split_once('/').map(|(ns, _)| ns)
+    }
+
     /// Whether the component is one of the binary's builtin plugins.
     pub fn is_builtin(&self) -> bool {
         self.inner.builtin
@@ -304,7 +313,7 @@ impl LoadedPlugin {
             Err(e) => tracing::warn!(reason = e.reason(), error = %e, "plugin call failed"),
         }
         i.env.observer.notify(
-            &i.descriptor.name,
+            &i.observed_name,
             phase,
             elapsed,
             r.as_ref().err().map(Error::reason),

@@ -311,7 +311,6 @@ impl PluginRuntime {
         Ok(LoadedPlugin {
             inner: Arc::new(Inner {
                 env: CallEnv { ctx, ..boot },
-                descriptor,
                 sha256: sha256.to_owned(),
                 config: src.config,
                 emits: emits.into_iter().collect(),
@@ -319,6 +318,11 @@ impl PluginRuntime {
                 builtin: src.builtin,
                 failure_policy: src.failure_policy,
                 phases: src.phases.map(|p| p.into_iter().collect()),
+                observed_name: match &src.tenant {
+                    Some(ns) => format!("{ns}/{}", descriptor.name),
+                    None => descriptor.name.clone(),
+                },
+                descriptor,
             }),
         })
     }

@@ -14,6 +14,12 @@
 //! A privilege the plugin introduced and was not granted refuses the call
 //! ([`Error::PodSecurity`](super::Error::PodSecurity)).
 //!
+//! A tenant plugin is held to the "restricted" level instead
+//! ([`PodGrants::restricted`]): on top of baseline it may not add
+//! `allowPrivilegeEscalation: true`, `runAsNonRoot: false`, `runAsUser: 0`,
+//! any added capability but `NET_BIND_SERVICE`, nor a volume type outside
+//! the restricted list ([`Privilege::Unrestricted`]).
+//!
 //! Privileges ([`Privilege`]) are found anywhere in a document by field
 //! name (`securityContext`, `hostNetwork`, `hostPath`, `hostPort`,
 //! `serviceAccountName`, `image`, AppArmor/seccomp annotations), so the
@@ -68,6 +74,19 @@ const BASELINE_SELINUX_TYPES: &[&str] = &[
     "container_engine_t",
 ];
 
+/// Volume types a restricted pod may use.
+const RESTRICTED_VOLUMES: &[&str] = &[
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "image",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+];
+
 /// One privilege a pod template can carry beyond the baseline level, or one
 /// identity-changing setting (service account, image).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -94,6 +113,11 @@ pub enum Privilege {
     /// SELinux type or user/role, unmasked `/proc`, unsafe sysctls, Windows
     /// host processes), described.
     Other(String),
+    /// Within baseline but beyond the restricted level (privilege
+    /// escalation, running as root, a baseline capability, a volume type
+    /// outside the restricted list), described. Counts only for a plugin
+    /// held to restricted.
+    Unrestricted(String),
     /// `serviceAccountName` (or the deprecated `serviceAccount`).
     ServiceAccount(String),
     /// A container image.
@@ -113,6 +137,7 @@ impl std::fmt::Display for Privilege {
             Privilege::HostPath(p) => write!(f, "hostPath volume {p:?}"),
             Privilege::HostPort(p) => write!(f, "hostPort {p}"),
             Privilege::Other(what) => f.write_str(what),
+            Privilege::Unrestricted(what) => write!(f, "{what} (beyond the restricted level)"),
             Privilege::ServiceAccount(sa) => write!(f, "serviceAccountName {sa:?}"),
             Privilege::Image(i) => write!(f, "image {i:?}"),
         }
@@ -138,6 +163,10 @@ pub struct PodGrants {
     pub service_accounts: Vec<String>,
     /// Image prefixes a plugin may set (`*` = any).
     pub images: Vec<String>,
+    /// Whether the plugin is held to the restricted level rather than
+    /// baseline (tenant plugins): [`Privilege::Unrestricted`] then needs
+    /// `privileged` (a baseline capability may also be granted by name).
+    pub restricted: bool,
 }
 
 impl PodGrants {
@@ -145,6 +174,14 @@ impl PodGrants {
     pub fn check(&self, p: &Privilege) -> Result<(), &'static str> {
         let ok = match p {
             Privilege::Privileged { .. } | Privilege::Other(_) => self.privileged,
+            Privilege::Unrestricted(what) => {
+                !self.restricted
+                    || self.privileged
+                    || self
+                        .capabilities
+                        .iter()
+                        .any(|c| what == &format!("capability {}", normalize_cap(c)))
+            }
             Privilege::Capability { name, .. } => {
                 self.privileged || self.capabilities.iter().any(|c| normalize_cap(c) == *name)
             }
@@ -163,7 +200,9 @@ impl PodGrants {
             return Ok(());
         }
         Err(match p {
-            Privilege::Privileged { .. } | Privilege::Other(_) => "grants.pod.privileged",
+            Privilege::Privileged { .. } | Privilege::Other(_) | Privilege::Unrestricted(_) => {
+                "grants.pod.privileged"
+            }
             Privilege::Capability { .. } => "grants.pod.capabilities",
             Privilege::HostNamespace(_) => "grants.pod.hostNamespaces",
             Privilege::HostPort(_) => "grants.pod.hostPorts",
@@ -216,6 +255,10 @@ fn walk(v: &Value, container: &str, out: &mut BTreeSet<Privilege>) {
                         other => walk(other, container, out),
                     },
                     "securityContext" => security_context(x, container, out),
+                    "volumes" => {
+                        volumes(x, out);
+                        walk(x, container, out);
+                    }
                     "hostNetwork" | "hostPID" | "hostIPC" => {
                         if x.as_bool() == Some(true) {
                             out.insert(Privilege::HostNamespace(match key.as_str() {
@@ -280,12 +323,30 @@ fn security_context(sc: &Value, container: &str, out: &mut BTreeSet<Privilege>) 
     if sc.get("privileged").and_then(Value::as_bool) == Some(true) {
         out.insert(Privilege::Privileged { container: c() });
     }
+    if sc.get("allowPrivilegeEscalation").and_then(Value::as_bool) == Some(true) {
+        out.insert(Privilege::Unrestricted(format!(
+            "allowPrivilegeEscalation true on container {container:?}"
+        )));
+    }
+    if sc.get("runAsNonRoot").and_then(Value::as_bool) == Some(false) {
+        out.insert(Privilege::Unrestricted(format!(
+            "runAsNonRoot false on {container:?}"
+        )));
+    }
+    if sc.get("runAsUser").and_then(Value::as_i64) == Some(0) {
+        out.insert(Privilege::Unrestricted(format!(
+            "runAsUser 0 on {container:?}"
+        )));
+    }
     if let Some(add) = sc
         .pointer_in("capabilities", "add")
         .and_then(Value::as_array)
     {
         for cap in add {
             let name = normalize_cap(cap.as_str().unwrap_or_default());
+            if name != "NET_BIND_SERVICE" && BASELINE_CAPABILITIES.contains(&name.as_str()) {
+                out.insert(Privilege::Unrestricted(format!("capability {name}")));
+            }
             if !BASELINE_CAPABILITIES.contains(&name.as_str()) {
                 out.insert(Privilege::Capability {
                     container: c(),
@@ -333,6 +394,20 @@ fn security_context(sc: &Value, container: &str, out: &mut BTreeSet<Privilege>) 
             let name = s.get("name").and_then(Value::as_str).unwrap_or_default();
             if !SAFE_SYSCTLS.contains(&name) {
                 out.insert(Privilege::Other(format!("sysctl {name:?}")));
+            }
+        }
+    }
+}
+
+/// Volume types outside the restricted list (`hostPath` is a baseline
+/// privilege of its own).
+fn volumes(v: &Value, out: &mut BTreeSet<Privilege>) {
+    let Some(items) = v.as_array() else { return };
+    for item in items {
+        let Some(o) = item.as_object() else { continue };
+        for k in o.keys() {
+            if k != "name" && k != "hostPath" && !RESTRICTED_VOLUMES.contains(&k.as_str()) {
+                out.insert(Privilege::Unrestricted(format!("{k} volume")));
             }
         }
     }
@@ -484,6 +559,52 @@ mod tests {
             ..PodGrants::default()
         };
         assert!(root.check(&Privilege::HostPath("/etc".into())).is_ok());
+    }
+
+    #[test]
+    fn restricted_level_counts_only_when_held_to_it() {
+        let p = privileges(&pod(json!({
+            "volumes": [{"name": "n", "nfs": {"server": "x", "path": "/"}}, {"name": "e", "emptyDir": {}}],
+            "containers": [{"name": "a", "securityContext": {
+                "allowPrivilegeEscalation": true, "runAsNonRoot": false, "runAsUser": 0,
+                "capabilities": {"add": ["CHOWN", "NET_BIND_SERVICE"]}}}]
+        })));
+        let relaxed: Vec<String> = p
+            .iter()
+            .filter_map(|x| match x {
+                Privilege::Unrestricted(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            relaxed,
+            [
+                "allowPrivilegeEscalation true on container \"a\"",
+                "capability CHOWN",
+                "nfs volume",
+                "runAsNonRoot false on \"a\"",
+                "runAsUser 0 on \"a\"",
+            ]
+        );
+        let baseline = PodGrants::default();
+        let restricted = PodGrants {
+            restricted: true,
+            ..PodGrants::default()
+        };
+        let chown = PodGrants {
+            restricted: true,
+            capabilities: vec!["CAP_CHOWN".into()],
+            ..PodGrants::default()
+        };
+        for x in p.iter().filter(|x| matches!(x, Privilege::Unrestricted(_))) {
+            assert!(baseline.check(x).is_ok(), "{x}");
+            assert_eq!(restricted.check(x), Err("grants.pod.privileged"), "{x}");
+            assert_eq!(
+                chown.check(x).is_ok(),
+                x.to_string().starts_with("capability CHOWN"),
+                "{x}"
+            );
+        }
     }
 
     #[test]

@@ -98,6 +98,10 @@ pub struct PluginSource {
     /// Phases to call, intersected with what the plugin implements
     /// (`None` = every phase it implements).
     pub phases: Option<Vec<Phase>>,
+    /// The namespace of the `TrainerPlugin` this is a tenant plugin of
+    /// (`None` for a cluster plugin). The call observer sees the plugin as
+    /// `<namespace>/<name>`.
+    pub tenant: Option<String>,
 }
 
 impl PluginSource {
@@ -116,6 +120,7 @@ impl PluginSource {
             allowed_emits: None,
             allowed_reads: None,
             phases: None,
+            tenant: None,
         }
     }
 

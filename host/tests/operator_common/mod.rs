@@ -522,6 +522,102 @@ pub fn trainjob_object(ns: &str, name: &str, runtime: &str, spec_extra: Value) -
     })
 }
 
+/// Store a plugin component in ConfigMap `ns/name` (`binaryData`
+/// `plugin.wasm`), the way an author ships one without a registry.
+pub async fn store_component(client: &kube::Client, ns: &str, name: &str, bytes: &[u8]) {
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = k8s_openapi::api::core::v1::ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        binary_data: Some(std::collections::BTreeMap::from([(
+            "plugin.wasm".to_owned(),
+            k8s_openapi::ByteString(bytes.to_vec()),
+        )])),
+        ..Default::default()
+    };
+    cms.patch(
+        name,
+        &PatchParams::apply("trainforge-tests").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .unwrap();
+}
+
+/// Store `bytes` in ConfigMap `ns/cm` and point `ClusterTrainerPlugin`
+/// `name` at it (order 100: before every builtin; failurePolicy Fail), with
+/// `extra` merged into its spec.
+pub async fn install_cluster_plugin(
+    client: &kube::Client,
+    ns: &str,
+    cm: &str,
+    name: &str,
+    bytes: &[u8],
+    extra: Value,
+) {
+    store_component(client, ns, cm, bytes).await;
+    let mut spec = serde_json::json!({
+        "source": {"configMap": {"namespace": ns, "name": cm, "key": "plugin.wasm"}},
+        "sha256": trainforge::plugin::sha256_hex(bytes),
+        "order": 100,
+        "failurePolicy": "Fail",
+    });
+    if let (Some(s), Value::Object(extra)) = (spec.as_object_mut(), extra) {
+        s.extend(extra);
+    }
+    apply(
+        client,
+        &serde_json::json!({"apiVersion": "trainforge.dev/v1alpha1", "kind": "ClusterTrainerPlugin",
+            "metadata": {"name": name}, "spec": spec}),
+    )
+    .await;
+}
+
+/// A TrainJob of `torch-distributed` asking the hostile test plugin named
+/// `plugin` for `attack` (through its per-TrainJob annotation).
+pub fn attacked(ns: &str, name: &str, plugin: &str, attack: Value) -> Value {
+    let mut tj = trainjob_object(
+        ns,
+        name,
+        "torch-distributed",
+        serde_json::json!({"trainer": {"numNodes": 1}}),
+    );
+    tj["metadata"]["annotations"] =
+        serde_json::json!({ format!("hostile.trainforge.dev/{plugin}"): attack.to_string() });
+    tj
+}
+
+/// The notes of the Warning Events about the object `name` in `ns`.
+pub async fn warnings(client: &kube::Client, ns: &str, name: &str) -> Vec<String> {
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns);
+    let Ok(list) = events.list(&Default::default()).await else {
+        return Vec::new();
+    };
+    list.items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+/// Wait for a Warning Event about `name` containing every one of `words`.
+pub async fn wait_warning(client: &kube::Client, ns: &str, name: &str, words: &[&str]) -> String {
+    eventually(
+        &format!("a Warning Event on {ns}/{name} with {words:?}"),
+        Duration::from_secs(120),
+        || async {
+            warnings(client, ns, name)
+                .await
+                .into_iter()
+                .find(|n| words.iter().all(|w| n.contains(w)))
+        },
+    )
+    .await
+}
+
 /// Label `ns` so the TrainJob webhooks skip it (tests of what the controller
 /// does with TrainJobs admission would refuse).
 pub async fn bypass_admission(client: &kube::Client, ns: &str) {
@@ -565,6 +661,7 @@ fn path_of(obj: &Value, name: Option<&str>) -> String {
         "TrainingRuntime" => "trainingruntimes",
         "ClusterTrainingRuntime" => "clustertrainingruntimes",
         "ClusterTrainerPlugin" => "clustertrainerplugins",
+        "TrainerPlugin" => "trainerplugins",
         other => panic!("no plural for {other}"),
     };
     let mut p = format!("/apis/{api_version}");

@@ -40,6 +40,13 @@ pub const MEMORY_RANGE: CelRule = CelRule {
     message: "limits.memory must be MiB (1 to 1024) or a quantity such as 128Mi (at most 1Gi)",
 };
 
+/// Only the `TrainerPluginPolicy` named `default` is read; refuse others
+/// so that nobody believes a second policy applies.
+pub const POLICY_NAMED_DEFAULT: CelRule = CelRule {
+    rule: "self.metadata.name == 'default'",
+    message: "the operator reads only the TrainerPluginPolicy named default",
+};
+
 /// Every rule of this module, for documentation and tests.
 pub const ALL: &[CelRule] = &[
     ONE_SOURCE,

@@ -1,20 +1,34 @@
-//! `trainforge.dev/v1alpha1`: `ClusterTrainerPlugin`.
+//! `trainforge.dev/v1alpha1`: `ClusterTrainerPlugin`, the tenant
+//! `TrainerPlugin` and the `TrainerPluginPolicy` that caps it.
 
 pub mod cel;
 pub mod cluster_trainer_plugin;
 pub mod status;
+pub mod trainer_plugin;
+pub mod trainer_plugin_policy;
 
 pub use cluster_trainer_plugin::{
     ClusterTrainerPlugin, ClusterTrainerPluginSpec, ConfigMapSource, FailurePolicy, PluginGrants,
     PluginLimits, PluginSourceSpec, PodSecurityGrants,
 };
 pub use status::{ClusterTrainerPluginStatus, DescribedPlugin, condition, reason};
+pub use trainer_plugin::{TrainerPlugin, TrainerPluginSpec};
+pub use trainer_plugin_policy::{
+    POLICY_NAME, PodSecurityLevel, PolicyLimits, TenantSourceKind, TrainerPluginPolicy,
+    TrainerPluginPolicySpec,
+};
 
 /// The API version of the kinds in this module.
 pub const API_VERSION: &str = "trainforge.dev/v1alpha1";
 
 /// The kind name of [`ClusterTrainerPlugin`].
 pub const CLUSTER_TRAINER_PLUGIN_KIND: &str = "ClusterTrainerPlugin";
+
+/// The kind name of [`TrainerPlugin`].
+pub const TRAINER_PLUGIN_KIND: &str = "TrainerPlugin";
+
+/// The kind name of [`TrainerPluginPolicy`].
+pub const TRAINER_PLUGIN_POLICY_KIND: &str = "TrainerPluginPolicy";
 
 #[cfg(test)]
 mod tests {

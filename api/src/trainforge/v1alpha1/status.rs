@@ -88,6 +88,9 @@ pub mod condition {
     pub const READY: &str = "Ready";
     /// The latest spec could not be served (an older version may be).
     pub const DEGRADED: &str = "Degraded";
+    /// `TrainerPlugin` only: the spec (and what the plugin declares) fits
+    /// the cluster's `TrainerPluginPolicy`.
+    pub const WITHIN_POLICY: &str = "WithinPolicy";
 }
 
 /// Condition reasons written by the controller (besides the plugin
@@ -140,4 +143,14 @@ pub mod reason {
     pub const SERVING_LAST_KNOWN_GOOD: &str = "ServingLastKnownGood";
     /// `Degraded=False`.
     pub const AS_EXPECTED: &str = "AsExpected";
+    /// `WithinPolicy=True`.
+    pub const WITHIN_POLICY: &str = "WithinPolicy";
+    /// `WithinPolicy=False`: the spec or the plugin asks for more than the
+    /// `TrainerPluginPolicy` allows (the message names what).
+    pub const EXCEEDS_POLICY: &str = "ExceedsPolicy";
+    /// `WithinPolicy=False`: no `TrainerPluginPolicy` lets this namespace
+    /// serve tenant plugins.
+    pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
+    /// `WithinPolicy=False`: the `configMap` source is in another namespace.
+    pub const FOREIGN_SOURCE: &str = "ForeignSource";
 }

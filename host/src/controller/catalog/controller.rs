@@ -44,11 +44,34 @@ pub struct Options {
     pub status_writes: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
+/// What loading a plugin version needs: the client (discovery, access
+/// reviews, ConfigMap reads), the catalog (runtime, object source,
+/// counters) and the fetcher. Shared with the tenant plugin controller.
+pub(crate) struct Loader {
+    pub(crate) client: kube::Client,
+    pub(crate) catalog: Arc<PluginCatalog>,
+    pub(crate) fetcher: Fetcher,
+}
+
+/// The ceiling's check of a loaded tenant plugin: `(reason, message)` when
+/// it declares more than allowed.
+pub(crate) type TenantCheck<'a> =
+    dyn Fn(&crate::plugin::LoadedPlugin) -> Result<(), (&'static str, String)> + Sync + 'a;
+
+/// How a tenant plugin's load differs from a cluster plugin's: the ceiling
+/// decided its options, and checks the loaded plugin before it serves.
+pub(crate) struct Tenancy<'a> {
+    /// The `TrainerPlugin`'s namespace (metrics and logs name it).
+    pub(crate) namespace: &'a str,
+    /// The options the ceiling allows (replacing the spec's own).
+    pub(crate) options: super::spec::PluginOptions,
+    /// Refuses a loaded plugin that declares more than the ceiling allows.
+    pub(crate) check: &'a TenantCheck<'a>,
+}
+
 struct Ctx {
-    client: kube::Client,
+    loader: Loader,
     api: Api<ClusterTrainerPlugin>,
-    catalog: Arc<PluginCatalog>,
-    fetcher: Fetcher,
     status_writes: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
@@ -112,10 +135,12 @@ pub async fn run_with(
     };
 
     let ctx = Arc::new(Ctx {
-        client: client.clone(),
+        loader: Loader {
+            client: client.clone(),
+            catalog: catalog.clone(),
+            fetcher,
+        },
         api,
-        catalog: catalog.clone(),
-        fetcher,
         status_writes: opts.status_writes.clone(),
     });
     let stop = shutdown.clone();
@@ -162,7 +187,7 @@ pub async fn run_with(
 }
 
 /// A stream with one item each time `rx` turns from `false` to `true`.
-fn rises(
+pub(crate) fn rises(
     rx: tokio::sync::watch::Receiver<bool>,
 ) -> impl futures::Stream<Item = ()> + Send + 'static {
     futures::stream::unfold((rx, false), |(mut rx, mut was)| async move {
@@ -197,7 +222,7 @@ async fn reconcile_inner(
     generation: i64,
 ) -> Result<Action, Error> {
     let uid = obj.metadata.uid.clone().unwrap_or_default();
-    let catalog = &ctx.catalog;
+    let catalog = &ctx.loader.catalog;
     let entry = match catalog.entry(&name, &uid) {
         // Already serving this generation: nothing to load.
         Some(e)
@@ -208,7 +233,8 @@ async fn reconcile_inner(
             e
         }
         previous => {
-            let (attempt, candidate) = attempt(&name, &obj.spec, &ctx, generation, None).await;
+            let (attempt, candidate) =
+                attempt(&name, &obj.spec, &ctx.loader, generation, None, None).await;
             match (&attempt.failure, candidate) {
                 (None, candidate) => catalog.commit(&name, &uid, attempt, candidate),
                 (Some((r, m)), _) => {
@@ -225,7 +251,7 @@ async fn reconcile_inner(
                     let restored = if serving {
                         None
                     } else {
-                        restore(&name, &obj, &ctx).await
+                        restore(&name, &obj, &ctx.loader).await
                     };
                     match restored {
                         Some(last_good) => catalog.commit_restored(&name, &uid, attempt, last_good),
@@ -250,14 +276,14 @@ async fn reconcile_inner(
 /// The last good version recorded in `obj`'s status (`servingSpec`,
 /// pinned to `servingDigest`), loaded again: after a restart, a CR whose
 /// current spec fails keeps serving what it served before.
-async fn restore(name: &str, obj: &ClusterTrainerPlugin, ctx: &Ctx) -> Option<Serving> {
+async fn restore(name: &str, obj: &ClusterTrainerPlugin, ctx: &Loader) -> Option<Serving> {
     let status = obj.status.as_ref()?;
     let (spec, digest, generation) = (
         status.serving_spec.as_ref()?,
         status.serving_digest.as_deref()?,
         status.serving_generation?,
     );
-    let (attempt, serving) = attempt(name, spec, ctx, generation, Some(digest)).await;
+    let (attempt, serving) = attempt(name, spec, ctx, generation, Some(digest), None).await;
     match (&attempt.failure, serving) {
         (None, Some(s)) => {
             tracing::info!(digest, generation, "last good version restored from status");
@@ -272,13 +298,14 @@ async fn restore(name: &str, obj: &ClusterTrainerPlugin, ctx: &Ctx) -> Option<Se
 
 /// Fetch → verify → load `spec` (of CR `name` at `generation`); the
 /// attempt's stages and, on success, the version to put in service. `pin`
-/// overrides `spec.sha256`.
-async fn attempt(
+/// overrides `spec.sha256`; `tenancy` loads it as a tenant plugin.
+pub(crate) async fn attempt(
     name: &str,
     spec: &ClusterTrainerPluginSpec,
-    ctx: &Ctx,
+    ctx: &Loader,
     generation: i64,
     pin: Option<&str>,
+    tenancy: Option<Tenancy<'_>>,
 ) -> (Attempt, Option<Serving>) {
     let catalog = &ctx.catalog;
     let mut done = Vec::new();
@@ -326,16 +353,19 @@ async fn attempt(
         }
     }
 
-    let opts = match options(spec, &catalog.runtime().config().limits) {
-        Ok(o) => o,
-        Err(e) => {
-            return (
-                Attempt::failed(generation, done, reason::INVALID_SPEC, e.to_string()),
-                None,
-            );
-        }
+    let opts = match &tenancy {
+        Some(t) => t.options.clone(),
+        None => match options(spec, &catalog.runtime().config().limits) {
+            Ok(o) => o,
+            Err(e) => {
+                return (
+                    Attempt::failed(generation, done, reason::INVALID_SPEC, e.to_string()),
+                    None,
+                );
+            }
+        },
     };
-    let src = plugin_source(
+    let mut src = plugin_source(
         name.to_owned(),
         fetched.bytes.clone(),
         Some(digest.clone()),
@@ -343,6 +373,7 @@ async fn attempt(
         &opts,
         catalog.objects().clone(),
     );
+    src.tenant = tenancy.as_ref().map(|t| t.namespace.to_owned());
     let runtime = catalog.runtime().clone();
     let loaded = tokio::task::spawn_blocking(move || runtime.load(src)).await;
     let plugin = match loaded {
@@ -358,6 +389,10 @@ async fn attempt(
             return (Attempt::failed(generation, done, "LoadFailed", m), None);
         }
     };
+    if let Some(Err((r, m))) = tenancy.as_ref().map(|t| (t.check)(&plugin)) {
+        let m = format!("plugin {}: {m}", plugin.name());
+        return (Attempt::failed(generation, done, r, m), None);
+    }
     let explicit_reads = opts.allowed_reads.clone().unwrap_or_default();
     let notes = match super::kinds::admit(&ctx.client, &plugin, &explicit_reads).await {
         Ok(notes) => notes,

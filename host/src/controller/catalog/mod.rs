@@ -37,7 +37,9 @@ pub mod spec;
 mod state;
 pub mod status;
 
+pub(crate) use controller::{Loader, Tenancy, attempt, rises};
 pub use controller::{Options, run, run_with};
+pub(crate) use state::{Attempt, Entry, Serving, Stage};
 pub use state::{PluginCatalog, PluginReport};
 
 /// Field manager of the status writes.

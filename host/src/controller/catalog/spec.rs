@@ -135,6 +135,7 @@ pub fn options(
                     capabilities: p.capabilities.clone().unwrap_or_default(),
                     service_accounts: p.service_account_names.clone().unwrap_or_default(),
                     images: p.images.clone().unwrap_or_default(),
+                    restricted: false,
                 }),
         });
     let config = match &spec.config {

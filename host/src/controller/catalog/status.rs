@@ -20,6 +20,16 @@ pub(crate) fn desired(
     entry: &Entry,
     current: Option<&ClusterTrainerPluginStatus>,
 ) -> ClusterTrainerPluginStatus {
+    desired_with(entry, current, &[])
+}
+
+/// [`desired`] with `extra` conditions after the others (a
+/// `TrainerPlugin`'s `WithinPolicy`).
+pub(crate) fn desired_with(
+    entry: &Entry,
+    current: Option<&ClusterTrainerPluginStatus>,
+    extra: &[(&str, Stage)],
+) -> ClusterTrainerPluginStatus {
     let generation = entry.attempt.as_ref().map(|a| a.generation);
     let mut stages: Vec<(&str, Stage)> = Vec::new();
     if let Some(a) = &entry.attempt {
@@ -66,6 +76,7 @@ pub(crate) fn desired(
     };
     stages.push((condition::READY, ready));
     stages.push((condition::DEGRADED, degraded));
+    stages.extend(extra.iter().cloned());
 
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let conditions = stages
@@ -105,12 +116,35 @@ pub(crate) async fn write(
     status: &ClusterTrainerPluginStatus,
 ) -> Result<bool, Error> {
     let name = obj.metadata.name.clone().unwrap_or_default();
-    if obj.status.as_ref() == Some(status) {
+    write_to(
+        api,
+        &name,
+        CLUSTER_TRAINER_PLUGIN_KIND,
+        obj.status.as_ref(),
+        status,
+    )
+    .await
+}
+
+/// Write `status` to the object `name` of `kind` (a `ClusterTrainerPlugin`
+/// or a `TrainerPlugin`) unless `current` is exactly that.
+pub(crate) async fn write_to<K>(
+    api: &Api<K>,
+    name: &str,
+    kind: &str,
+    current: Option<&ClusterTrainerPluginStatus>,
+    status: &ClusterTrainerPluginStatus,
+) -> Result<bool, Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = name.to_owned();
+    if current == Some(status) {
         return Ok(false);
     }
     let patch = json!({
         "apiVersion": API_VERSION,
-        "kind": CLUSTER_TRAINER_PLUGIN_KIND,
+        "kind": kind,
         "status": serde_json::to_value(status).map_err(|source| Error::Serialize { name: name.clone(), source })?,
     });
     api.patch_status(

@@ -18,6 +18,8 @@
 //! | `trainforge_plugin_call_duration_seconds` | `plugin`, `phase` | plugin call latency, 1 µs – 4 s buckets |
 //! | `trainforge_plugin_failures_total` | `plugin`, `phase`, `reason` | failed plugin calls |
 //! | `trainforge_plugin_memory_high_water_bytes` | `plugin` | largest guest memory seen (gauge) |
+//! | `trainforge_tenant_plugin_calls_total` | `namespace`, `plugin`, `phase` | calls of tenant plugins (`TrainerPlugin`s; the families above name them `<namespace>/<plugin>`) |
+//! | `trainforge_tenant_plugin_failures_total` | `namespace`, `plugin`, `phase`, `reason` | failed calls of tenant plugins |
 //! | `trainforge_admission_requests_total` | `webhook`, `operation`, `result` | admission reviews answered (`allowed`, `denied`, `error`) |
 //! | `trainforge_admission_duration_seconds` | `webhook` | admission review latency (histogram) |
 //! | `trainforge_admission_plugin_calls_total` | `plugin`, `result` | plugin `validate` calls at admission (`ok`, `denied`, `failed`, `ignored`) |
@@ -74,6 +76,23 @@ struct PluginPhaseLabels {
 /// Labels `{plugin, phase, reason}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PluginFailureLabels {
+    plugin: String,
+    phase: String,
+    reason: String,
+}
+
+/// Labels `{namespace, plugin, phase}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantPhaseLabels {
+    namespace: String,
+    plugin: String,
+    phase: String,
+}
+
+/// Labels `{namespace, plugin, phase, reason}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantFailureLabels {
+    namespace: String,
     plugin: String,
     phase: String,
     reason: String,
@@ -140,6 +159,8 @@ pub struct Metrics {
     plugin_call_duration: HistogramFamily<PluginPhaseLabels>,
     plugin_failures: Family<PluginFailureLabels, Counter>,
     plugin_memory: Family<PluginLabels, Gauge>,
+    tenant_calls: Family<TenantPhaseLabels, Counter>,
+    tenant_failures: Family<TenantFailureLabels, Counter>,
     remembered: Gauge,
     admission_requests: Family<AdmissionLabels, Counter>,
     admission_duration: HistogramFamily<WebhookLabels>,
@@ -226,6 +247,18 @@ impl Metrics {
             "Largest guest linear memory seen in one call, by plugin",
             plugin_memory.clone(),
         );
+        let tenant_calls = Family::<TenantPhaseLabels, Counter>::default();
+        registry.register(
+            "trainforge_tenant_plugin_calls",
+            "Calls of tenant plugins (TrainerPlugin), by namespace, plugin and phase",
+            tenant_calls.clone(),
+        );
+        let tenant_failures = Family::<TenantFailureLabels, Counter>::default();
+        registry.register(
+            "trainforge_tenant_plugin_failures",
+            "Failed calls of tenant plugins (TrainerPlugin), by namespace, plugin, phase and reason",
+            tenant_failures.clone(),
+        );
         let remembered = Gauge::default();
         registry.register(
             "trainforge_applied_objects_remembered",
@@ -282,6 +315,8 @@ impl Metrics {
             plugin_call_duration,
             plugin_failures,
             plugin_memory,
+            tenant_calls,
+            tenant_failures,
             remembered,
         }
     }
@@ -369,6 +404,27 @@ impl Metrics {
                     reason: reason.to_owned(),
                 })
                 .inc();
+        }
+        // A tenant plugin is observed as `<namespace>/<plugin>` (a
+        // Kubernetes name has no `/`).
+        if let Some((namespace, name)) = plugin.split_once('/') {
+            self.tenant_calls
+                .get_or_create(&TenantPhaseLabels {
+                    namespace: namespace.to_owned(),
+                    plugin: name.to_owned(),
+                    phase: phase.to_owned(),
+                })
+                .inc();
+            if let Some(reason) = failure {
+                self.tenant_failures
+                    .get_or_create(&TenantFailureLabels {
+                        namespace: namespace.to_owned(),
+                        plugin: name.to_owned(),
+                        phase: phase.to_owned(),
+                        reason: reason.to_owned(),
+                    })
+                    .inc();
+            }
         }
         let bytes = i64::try_from(memory_high_water_bytes).unwrap_or(i64::MAX);
         self.plugin_memory
@@ -467,7 +523,18 @@ mod tests {
         m.apply_error("JobSet");
         m.api_write("apply", "JobSet");
         m.plugin_call("torch", "build", Duration::from_micros(1), Some("trap"), 1);
+        m.plugin_call(
+            "team-a/env",
+            "build",
+            Duration::from_micros(1),
+            Some("Timeout"),
+            1,
+        );
         let text = m.encode();
+        assert!(
+            text.contains(r#"trainforge_tenant_plugin_failures_total{namespace="team-a",plugin="env",phase="build",reason="Timeout"} 1"#),
+            "{text}"
+        );
         for family in [
             "trainforge_reconcile_total",
             "trainforge_reconcile_errors_total",
@@ -480,6 +547,8 @@ mod tests {
             "trainforge_plugin_call_duration_seconds",
             "trainforge_plugin_failures_total",
             "trainforge_plugin_memory_high_water_bytes",
+            "trainforge_tenant_plugin_calls_total",
+            "trainforge_tenant_plugin_failures_total",
         ] {
             // counters are declared without `_total` in `# TYPE` lines
             let declared = family.trim_end_matches("_total");

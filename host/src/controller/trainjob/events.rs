@@ -235,6 +235,26 @@ impl Recorder {
         written.insert(key, stored);
         Ok(())
     }
+
+    /// Record one occurrence of an Event about any object (a
+    /// `TrainerPlugin`); the note is cut as TrainJob notes are.
+    pub async fn record_about(
+        &self,
+        regarding: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) -> Result<(), EventError> {
+        self.record(Occurrence {
+            warning,
+            reason,
+            action,
+            note: bounded(note),
+            regarding,
+        })
+        .await
+    }
 }
 
 /// Upstream's reason for any failure to build or apply a TrainJob's objects.

@@ -146,6 +146,8 @@ pub struct Context {
     /// reported by an Event: a reconcile that reads a status older than
     /// its own last write does not report the same edit twice.
     patches_reported: Mutex<HashMap<ObjectRef<TrainJob>, String>>,
+    /// Tenant plugins (`None`: no `TrainerPlugin` is served).
+    pub tenants: Option<Arc<crate::controller::tenants::TenantPlugins>>,
     /// Tunables.
     pub settings: Settings,
 }
@@ -177,8 +179,19 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashSet::new()),
             patches_reported: Mutex::new(HashMap::new()),
+            tenants: None,
             settings,
         }
+    }
+
+    /// Serve `tenants`' plugins to the TrainJobs of their namespaces.
+    #[must_use]
+    pub fn with_tenants(
+        mut self,
+        tenants: Option<Arc<crate::controller::tenants::TenantPlugins>>,
+    ) -> Self {
+        self.tenants = tenants;
+        self
     }
 
     fn backoff(&self, job: &TrainJob) -> Duration {

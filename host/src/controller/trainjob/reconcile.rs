@@ -58,6 +58,7 @@ use super::objects::ObjectsError;
 use super::serving::{self, NotServing};
 use super::snapshot::{self, SnapshotError};
 use super::{CONTROLLER_NAME, Context};
+use crate::controller::tenants::TenantRef;
 use crate::pipeline::run::{
     PipelineError, Rendered, RuntimeObject, run as run_pipeline, runtime_patches_hash,
 };
@@ -91,6 +92,10 @@ pub enum ReconcileError {
     /// Build: the pipeline's blocking task panicked or was cancelled.
     #[error("build: the pipeline task did not finish: {0}")]
     BuildTask(#[source] JoinError),
+    /// Build: the namespace's tenant plugins cannot join the cluster's
+    /// (a clash), so nothing was built.
+    #[error("build: {0}")]
+    TenantPlugins(#[source] crate::controller::tenants::ComposeError),
     /// Apply: an object's kind is not served by the API server.
     #[error("apply: {0}")]
     ApplyKind(#[source] ObjectsError),
@@ -132,7 +137,9 @@ impl ReconcileError {
             ReconcileError::Resolve(_) => "Resolve",
             ReconcileError::NoServingPlugins(_) => "NoServingPlugins",
             ReconcileError::PolicyNotServed { .. } => "PolicyNotServed",
-            ReconcileError::Build(_) | ReconcileError::BuildTask(_) => "Build",
+            ReconcileError::Build(_)
+            | ReconcileError::BuildTask(_)
+            | ReconcileError::TenantPlugins(_) => "Build",
             ReconcileError::ApplyKind(_) | ReconcileError::Apply(_) => "Apply",
             ReconcileError::StatusInput(_)
             | ReconcileError::StatusPlugin(_)
@@ -154,6 +161,7 @@ impl ReconcileError {
             ReconcileError::Resolve(_)
                 | ReconcileError::Build(_)
                 | ReconcileError::BuildTask(_)
+                | ReconcileError::TenantPlugins(_)
                 | ReconcileError::ApplyKind(_)
                 | ReconcileError::Apply(_)
         )
@@ -216,7 +224,9 @@ pub fn stuck(error: &ReconcileError, built_before: bool) -> Stuck {
             Stuck::Invalid(e.to_string())
         }
         ReconcileError::Build(e) if e.is_user_error() => blocked(REASON_BUILD_REFUSED),
-        ReconcileError::Build(_) => blocked(REASON_PLUGIN_FAILED),
+        ReconcileError::Build(_) | ReconcileError::TenantPlugins(_) => {
+            blocked(REASON_PLUGIN_FAILED)
+        }
         ReconcileError::ApplyKind(_)
         | ReconcileError::Apply(ApplyStepError::Malformed(_) | ApplyStepError::Collision { .. }) => {
             blocked(REASON_APPLY_FAILED)
@@ -376,7 +386,80 @@ fn keep_first(first: &mut Option<ReconcileError>, error: ReconcileError) {
     }
 }
 
+/// What [`Reconcile::tenant_set`] found.
+enum TenantSet {
+    /// The set to use (the cluster's when the tenant plugins cannot join),
+    /// whether the tenant plugins joined, and the namespace permit held.
+    Set(
+        Arc<crate::plugin::PluginSet>,
+        Result<Vec<TenantRef>, crate::controller::tenants::ComposeError>,
+        Option<tokio::sync::OwnedSemaphorePermit>,
+    ),
+    /// Every permit of the namespace is in use.
+    Busy,
+}
+
+/// When a TrainJob whose namespace's permits were taken comes back:
+/// 200–400 ms, spread so that waiting jobs do not return together.
+fn tenant_retry() -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    Duration::from_millis(200 + u64::from(nanos % 200))
+}
+
 impl Reconcile<'_> {
+    /// The plugin set for this job: the cluster's, with its namespace's
+    /// tenant plugins that apply.
+    fn tenant_set(&self) -> TenantSet {
+        let cluster = self.ctx.plugins.current();
+        let Some(tenants) = &self.ctx.tenants else {
+            return TenantSet::Set(cluster, Ok(Vec::new()), None);
+        };
+        let labels = self.job.metadata.labels.clone().unwrap_or_default();
+        match tenants.compose(cluster.clone(), self.ns, &labels) {
+            Ok(c) if c.tenants.is_empty() => TenantSet::Set(c.set, Ok(Vec::new()), None),
+            Ok(c) => match tenants.permit(self.ns) {
+                Some(p) => TenantSet::Set(c.set, Ok(c.tenants), Some(p)),
+                None => TenantSet::Busy,
+            },
+            Err(e) => TenantSet::Set(cluster, Err(e), None),
+        }
+    }
+
+    /// Tell the `TrainerPlugin` whose plugin made `error` (a Warning
+    /// Event on it): the tenant sees its plugin's failures where it
+    /// manages it.
+    async fn report_tenant_failure(&self, tenants: &[TenantRef], error: &ReconcileError) {
+        let ReconcileError::Build(crate::pipeline::run::PipelineError::Plugin(e)) = error else {
+            return;
+        };
+        let text = e.to_string();
+        for t in tenants
+            .iter()
+            .filter(|t| text.starts_with(&format!("plugin {}:", t.plugin)))
+        {
+            let regarding = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(trainforge_api::trainforge::v1alpha1::API_VERSION.to_owned()),
+                kind: Some(trainforge_api::trainforge::v1alpha1::TRAINER_PLUGIN_KIND.to_owned()),
+                namespace: Some(self.ns.to_owned()),
+                name: Some(t.name.clone()),
+                uid: Some(t.uid.clone()),
+                ..Default::default()
+            };
+            let note = format!("TrainJob {}: {text}", self.name);
+            match self
+                .ctx
+                .recorder
+                .record_about(&regarding, true, e.reason(), ACTION_RECONCILING, &note)
+                .await
+            {
+                Ok(()) => self.ctx.metrics.api_write("create", "Event"),
+                Err(err) => warn!(error = %err, "publishing Event on the TrainerPlugin failed"),
+            }
+        }
+    }
+
     async fn run(mut self) -> Result<Action, ReconcileError> {
         let job = self.job;
         if let Some(m) = job
@@ -419,8 +502,18 @@ impl Reconcile<'_> {
             return Ok(Action::await_change());
         }
 
-        let plugins = self.ctx.plugins.current();
         let finished = conditions::is_finished(&old);
+        // The cluster's plugins with the tenant plugins of the job's
+        // namespace that apply to it. A job with tenant plugins holds one
+        // of its namespace's permits while it reconciles; when they are
+        // all taken it comes back shortly, leaving the worker to others.
+        let (plugins, composed, _permit) = match self.tenant_set() {
+            TenantSet::Set(set, composed, permit) => (set, composed, permit),
+            TenantSet::Busy => {
+                debug!("the namespace's tenant-plugin permits are taken: retrying shortly");
+                return Ok(Action::requeue(tenant_retry()));
+            }
+        };
         // Only an unfinished job needs objects, so only it needs a set that
         // can serve.
         let not_serving = if finished {
@@ -454,6 +547,8 @@ impl Reconcile<'_> {
         if let (false, Some(r)) = (finished, &resolved) {
             if let Some(recorded) = &diverged {
                 warn!(%recorded, current = %patches_hash, "spec.runtimePatches changed while running: ignored, nothing built");
+            } else if let Err(e) = &composed {
+                failure = Some(ReconcileError::TenantPlugins(e.clone()));
             } else {
                 match self
                     .build_and_apply(r, &plugins, not_serving.as_ref(), &patches_hash)
@@ -472,6 +567,9 @@ impl Reconcile<'_> {
                 events::creation_failed_note(&e.to_string()),
             )
             .await;
+            if let Ok(tenants) = &composed {
+                self.report_tenant_failure(tenants, e).await;
+            }
         }
         match &failure {
             Some(ReconcileError::NoServingPlugins(n)) => {

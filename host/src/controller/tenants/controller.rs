@@ -1,0 +1,524 @@
+//! The kube-runtime controller on `TrainerPlugin`: one reconcile per object
+//! checks its spec against the ceiling, fetches, verifies and loads its
+//! component as a tenant plugin, checks what the loaded plugin declares,
+//! commits it to [`TenantPlugins`] and writes its status.
+//!
+//! A change of the `TrainerPluginPolicy` named `default` or of any
+//! namespace's labels reconciles every `TrainerPlugin` again: one that no
+//! longer fits is taken out of service at once (its last good version does
+//! not keep serving past the ceiling), with `WithinPolicy=False` naming why.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::PartialObjectMeta;
+use kube::core::Selector;
+use kube::runtime::controller::{Action, Controller, Error as ControllerError};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Resource};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use trainforge_api::trainforge::v1alpha1::{
+    POLICY_NAME, TRAINER_PLUGIN_KIND, TrainerPlugin, TrainerPluginPolicy, condition, reason,
+};
+
+use super::ceiling::Ceiling;
+use super::state::{TenantEntry, TenantPlugins};
+use crate::controller::catalog::fetch::Fetcher;
+use crate::controller::catalog::{
+    Attempt, Entry, Loader, PluginCatalog, Stage, Tenancy, attempt, status,
+};
+use crate::controller::trainjob::events::{Recorder, Reporter};
+
+/// How soon a failed attempt (not a policy refusal) is retried.
+pub const RETRY_FAILED: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How soon a reconcile that hit an API error is retried.
+pub const RETRY_ERROR: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Errors of the `TrainerPlugin` controller.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The status could not be written.
+    #[error("TrainerPlugin {namespace}/{name}: {source}")]
+    Status {
+        /// The object's namespace.
+        namespace: String,
+        /// The object's name.
+        name: String,
+        /// The cause.
+        #[source]
+        source: crate::controller::catalog::Error,
+    },
+    /// The HTTPS client for `https://` sources could not be built.
+    #[error("building the fetcher: {0}")]
+    Fetcher(#[source] crate::controller::catalog::Error),
+}
+
+/// Whether a failure reason is the ceiling's (`WithinPolicy=False`).
+pub(crate) fn is_policy_refusal(r: &str) -> bool {
+    matches!(
+        r,
+        reason::EXCEEDS_POLICY | reason::NAMESPACE_NOT_ALLOWED | reason::FOREIGN_SOURCE
+    )
+}
+
+/// The Event reporter of this controller.
+pub const EVENT_REPORTER: &str = "trainforge-trainerplugin-controller";
+
+struct Ctx {
+    loader: Loader,
+    recorder: Recorder,
+    tenants: Arc<TenantPlugins>,
+    policies: Store<TrainerPluginPolicy>,
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+    status_writes: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+impl Ctx {
+    fn ceiling(&self) -> Ceiling {
+        let policy = self
+            .policies
+            .get(&ObjectRef::new(POLICY_NAME))
+            .map(|p| p.spec.clone());
+        Ceiling::new(
+            policy.as_ref(),
+            &self.loader.catalog.runtime().config().limits,
+        )
+    }
+
+    fn labels(&self, namespace: &str) -> BTreeMap<String, String> {
+        self.namespaces
+            .get(&ObjectRef::new(namespace))
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default()
+    }
+
+    fn writes_status(&self) -> bool {
+        self.status_writes.as_ref().is_none_or(|rx| *rx.borrow())
+    }
+}
+
+/// Run the controller until `shutdown`. `status_writes` as for the
+/// `ClusterTrainerPlugin` controller: every replica loads, only the leader
+/// writes statuses.
+pub async fn run(
+    client: kube::Client,
+    catalog: Arc<PluginCatalog>,
+    tenants: Arc<TenantPlugins>,
+    shutdown: CancellationToken,
+    status_writes: Option<tokio::sync::watch::Receiver<bool>>,
+) -> Result<(), Error> {
+    let fetcher = Fetcher::new(
+        client.clone(),
+        catalog.runtime().config().max_component_bytes,
+    )
+    .map_err(Error::Fetcher)?;
+
+    // The ceiling and the namespaces' labels: any change re-reconciles
+    // every TrainerPlugin.
+    let (policies, policy_writer) = reflector::store::<TrainerPluginPolicy>();
+    let (namespaces, ns_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
+    let (changed_tx, changed_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    {
+        let tx = changed_tx.clone();
+        let api: Api<TrainerPluginPolicy> = Api::all(client.clone());
+        let wc = watcher::Config::default().fields(&format!("metadata.name={POLICY_NAME}"));
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let mut s = reflector(policy_writer, watcher(api, wc))
+                .default_backoff()
+                .boxed();
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    ev = s.next() => match ev {
+                        None => return,
+                        Some(Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone)) => {
+                            let _ = tx.send(());
+                        }
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => tracing::warn!(error = %e, "TrainerPluginPolicy watch error (retried)"),
+                    }
+                }
+            }
+        });
+    }
+    {
+        let tx = changed_tx;
+        // Metadata only: labels are all the ceiling needs.
+        let api: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let mut s = reflector(ns_writer, watcher(api, watcher::Config::default()))
+                .default_backoff()
+                .boxed();
+            let mut seen: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    ev = s.next() => match ev {
+                        None => return,
+                        // Only a label change matters (a new namespace has
+                        // no TrainerPlugin yet).
+                        Some(Ok(watcher::Event::Apply(n))) => {
+                            let name = n.metadata.name.clone().unwrap_or_default();
+                            let labels = n.metadata.labels.clone().unwrap_or_default();
+                            let before = seen.insert(name, labels.clone());
+                            if before.is_some_and(|b| b != labels) {
+                                let _ = tx.send(());
+                            }
+                        }
+                        Some(Ok(watcher::Event::InitApply(n))) => {
+                            let name = n.metadata.name.clone().unwrap_or_default();
+                            seen.insert(name, n.metadata.labels.clone().unwrap_or_default());
+                        }
+                        Some(Ok(watcher::Event::InitDone)) => { let _ = tx.send(()); }
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => tracing::warn!(error = %e, "Namespace watch error (retried)"),
+                    }
+                }
+            }
+        });
+    }
+
+    let api: Api<TrainerPlugin> = Api::all(client.clone());
+    let (store, writer) = reflector::store::<TrainerPlugin>();
+    let events = {
+        let tenants = tenants.clone();
+        let store = store.clone();
+        reflector(writer, watcher(api, watcher::Config::default().any_semantic()))
+            .default_backoff()
+            .inspect(move |event| match event {
+                Ok(watcher::Event::Delete(obj)) => {
+                    let ns = obj.metadata.namespace.clone().unwrap_or_default();
+                    let name = obj.metadata.name.clone().unwrap_or_default();
+                    tracing::info!(namespace = %ns, plugin = %name, "TrainerPlugin deleted; taking its plugin out of service");
+                    tenants.remove(&ns, &name, obj.metadata.uid.as_deref());
+                }
+                Ok(watcher::Event::InitDone) => {
+                    let present = store
+                        .state()
+                        .iter()
+                        .map(|o| {
+                            (
+                                o.metadata.namespace.clone().unwrap_or_default(),
+                                o.metadata.name.clone().unwrap_or_default(),
+                            )
+                        })
+                        .collect();
+                    tenants.retain(&present);
+                }
+                _ => {}
+            })
+            .applied_objects()
+    };
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: EVENT_REPORTER.into(),
+            instance: None,
+        },
+    );
+    let ctx = Arc::new(Ctx {
+        recorder,
+        loader: Loader {
+            client: client.clone(),
+            catalog,
+            fetcher,
+        },
+        tenants,
+        policies,
+        namespaces,
+        status_writes: status_writes.clone(),
+    });
+    let changes = futures::stream::unfold(changed_rx, |mut rx| async move {
+        rx.recv().await.map(|()| ((), rx))
+    });
+    let mut controller = Controller::for_stream(events, store).reconcile_all_on(changes);
+    if let Some(rx) = status_writes {
+        controller = controller.reconcile_all_on(crate::controller::catalog::rises(rx));
+    }
+    let stop = shutdown.clone();
+    let mut results = controller
+        .graceful_shutdown_on(async move { stop.cancelled_owned().await })
+        .run(reconcile, error_policy, ctx.clone())
+        .boxed();
+    while let Some(result) = results.next().await {
+        match result {
+            Ok(_) => {}
+            Err(ControllerError::ObjectNotFound(obj)) => {
+                let ns = obj.namespace.clone().unwrap_or_default();
+                ctx.tenants.remove(&ns, &obj.name, None);
+            }
+            Err(ControllerError::ReconcilerFailed(e, obj)) => {
+                tracing::warn!(plugin = %obj.name, error = %e, "TrainerPlugin reconcile failed");
+            }
+            Err(e) => tracing::warn!(error = %e, "TrainerPlugin controller error (retried)"),
+        }
+    }
+    Ok(())
+}
+
+fn error_policy(_: Arc<TrainerPlugin>, _: &Error, _: Arc<Ctx>) -> Action {
+    Action::requeue(RETRY_ERROR)
+}
+
+async fn reconcile(obj: Arc<TrainerPlugin>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let ns = obj.metadata.namespace.clone().unwrap_or_default();
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let generation = obj.metadata.generation.unwrap_or(0);
+    let span =
+        tracing::info_span!("reconcile_trainerplugin", namespace = %ns, plugin = %name, generation);
+    reconcile_inner(obj, ctx, ns, name, generation)
+        .instrument(span)
+        .await
+}
+
+/// An attempt refused before anything was fetched.
+fn refused_before_fetch(generation: i64, r: &str, m: String) -> Attempt {
+    Attempt {
+        generation,
+        stages: [
+            Stage::not_reached(),
+            Stage::not_reached(),
+            Stage::not_reached(),
+        ],
+        failure: Some((r.to_owned(), m)),
+    }
+}
+
+async fn reconcile_inner(
+    obj: Arc<TrainerPlugin>,
+    ctx: Arc<Ctx>,
+    ns: String,
+    name: String,
+    generation: i64,
+) -> Result<Action, Error> {
+    let uid = obj.metadata.uid.clone().unwrap_or_default();
+    let ceiling = ctx.ceiling();
+    let labels = ctx.labels(&ns);
+    let previous = ctx.tenants.entry(&ns, &name, &uid);
+    let selector = match obj
+        .spec
+        .selector
+        .clone()
+        .map(Selector::try_from)
+        .transpose()
+    {
+        Ok(s) => s,
+        Err(e) => {
+            let a = refused_before_fetch(
+                generation,
+                reason::INVALID_SPEC,
+                format!("spec.selector: {e}"),
+            );
+            return finish(
+                &ctx,
+                &obj,
+                &ns,
+                &name,
+                TenantEntry {
+                    entry: Entry {
+                        uid,
+                        attempt: Some(a),
+                        serving: None,
+                    },
+                    selector: None,
+                    options: None,
+                },
+            )
+            .await;
+        }
+    };
+    let options = match ceiling.options(&ns, &labels, &obj.spec.plugin) {
+        Ok(o) => o,
+        Err((r, m)) => {
+            // Out of service at once: the ceiling does not allow it.
+            let a = refused_before_fetch(generation, r, m);
+            return finish(
+                &ctx,
+                &obj,
+                &ns,
+                &name,
+                TenantEntry {
+                    entry: Entry {
+                        uid,
+                        attempt: Some(a),
+                        serving: None,
+                    },
+                    selector,
+                    options: None,
+                },
+            )
+            .await;
+        }
+    };
+    let check = |p: &crate::plugin::LoadedPlugin| ceiling.check_plugin(p);
+    // Serving this generation with these options: nothing to load, but
+    // what it declares is checked against the ceiling again.
+    if let Some(prev) = &previous
+        && let (Some(a), Some(s)) = (&prev.entry.attempt, &prev.entry.serving)
+        && a.generation == generation
+        && a.failure.is_none()
+        && prev.options.as_ref() == Some(&options)
+    {
+        let entry = match check(&s.plugin) {
+            Ok(()) => TenantEntry {
+                selector,
+                ..prev.clone()
+            },
+            Err((r, m)) => TenantEntry {
+                entry: Entry {
+                    uid,
+                    attempt: Some(refused_before_fetch(
+                        generation,
+                        r,
+                        format!("plugin {}: {m}", s.plugin.name()),
+                    )),
+                    serving: None,
+                },
+                selector,
+                options: Some(options),
+            },
+        };
+        return finish(&ctx, &obj, &ns, &name, entry).await;
+    }
+    let label = format!("{ns}/{name}");
+    let tenancy = Tenancy {
+        namespace: &ns,
+        options: options.clone(),
+        check: &check,
+    };
+    let (a, candidate) = attempt(
+        &label,
+        &obj.spec.plugin,
+        &ctx.loader,
+        generation,
+        None,
+        Some(tenancy),
+    )
+    .await;
+    let serving = match (&a.failure, candidate) {
+        (None, c) => c,
+        (Some((r, _)), _) if is_policy_refusal(r) => None,
+        // The last good version keeps serving if it was loaded under the
+        // same options (a tightened ceiling never keeps an old version).
+        (Some(_), _) => previous
+            .as_ref()
+            .filter(|p| p.options.as_ref() == Some(&options))
+            .and_then(|p| p.entry.serving.clone()),
+    };
+    let entry = TenantEntry {
+        entry: Entry {
+            uid,
+            attempt: Some(a),
+            serving,
+        },
+        selector,
+        options: Some(options),
+    };
+    finish(&ctx, &obj, &ns, &name, entry).await
+}
+
+/// An Event on the `TrainerPlugin` when what it serves or why it fails
+/// changed: Normal `Serving` for a new version in service, Warning with the
+/// refusal's reason for a new failure.
+async fn announce(ctx: &Ctx, obj: &TrainerPlugin, before: Option<&TenantEntry>, now: &TenantEntry) {
+    let digest = |e: Option<&TenantEntry>| {
+        e.and_then(|e| e.entry.serving.as_ref())
+            .map(|s| s.digest().to_owned())
+    };
+    let failure = |e: Option<&TenantEntry>| {
+        e.and_then(|e| e.entry.attempt.as_ref())
+            .and_then(|a| a.failure.clone())
+    };
+    let mut events = Vec::new();
+    if let Some((r, m)) = failure(Some(now)).filter(|f| failure(before) != Some(f.clone())) {
+        events.push((true, r, m));
+    }
+    if let Some(d) = digest(Some(now)).filter(|d| digest(before).as_ref() != Some(d)) {
+        let plugin = now
+            .entry
+            .serving
+            .as_ref()
+            .map(|s| s.described.name.clone())
+            .unwrap_or_default();
+        events.push((
+            false,
+            "Serving".to_owned(),
+            format!("serving plugin {plugin} (sha256 {d})"),
+        ));
+    }
+    if events.is_empty() {
+        return;
+    }
+    let regarding = obj.object_ref(&());
+    for (warning, r, note) in events {
+        if let Err(e) = ctx
+            .recorder
+            .record_about(&regarding, warning, &r, "Loading", &note)
+            .await
+        {
+            tracing::warn!(error = %e, "publishing Event on the TrainerPlugin failed");
+        }
+    }
+}
+
+/// Commit `entry`, write the status it implies, and decide the next
+/// reconcile.
+async fn finish(
+    ctx: &Ctx,
+    obj: &TrainerPlugin,
+    ns: &str,
+    name: &str,
+    entry: TenantEntry,
+) -> Result<Action, Error> {
+    let uid = entry.entry.uid.clone();
+    let before = ctx.tenants.entry(ns, name, &uid);
+    let entry = ctx.tenants.commit(ns, name, entry);
+    let failure = entry.entry.attempt.as_ref().and_then(|a| a.failure.clone());
+    let within = match &failure {
+        Some((r, m)) if is_policy_refusal(r) => Stage::failed(r, m.clone()),
+        _ => Stage::ok(
+            reason::WITHIN_POLICY,
+            "the spec and the plugin fit the TrainerPluginPolicy",
+        ),
+    };
+    if let Some((r, m)) = &failure {
+        tracing::warn!(reason = %r, message = %m, "TrainerPlugin not served as specified");
+    }
+    let desired = status::desired_with(
+        &entry.entry,
+        obj.status.as_ref(),
+        &[(condition::WITHIN_POLICY, within)],
+    );
+    if ctx.writes_status() {
+        let api: Api<TrainerPlugin> = Api::namespaced(ctx.loader.client.clone(), ns);
+        let wrote = status::write_to(
+            &api,
+            name,
+            TRAINER_PLUGIN_KIND,
+            obj.status.as_ref(),
+            &desired,
+        )
+        .await
+        .map_err(|source| Error::Status {
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            source,
+        })?;
+        if wrote {
+            ctx.loader.catalog.count_status_write();
+        }
+        announce(ctx, obj, before.as_ref(), &entry).await;
+    }
+    Ok(match failure {
+        Some((r, _)) if is_policy_refusal(&r) => Action::await_change(),
+        Some(_) => Action::requeue(RETRY_FAILED),
+        None => Action::await_change(),
+    })
+}

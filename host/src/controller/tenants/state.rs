@@ -1,0 +1,365 @@
+//! [`TenantPlugins`]: the tenant plugins in service, by namespace, and the
+//! plugin set each TrainJob gets.
+//!
+//! A TrainJob's set is the cluster's set with the tenant plugins of its
+//! namespace whose selector matches its labels appended: tenant plugins run
+//! after the cluster's plugins in every phase, among themselves by
+//! `(spec.order, name)`. A tenant plugin never joins another namespace's
+//! set. Which tenant plugins a namespace has changes only through
+//! [`TenantPlugins::commit`] and [`TenantPlugins::remove`]; each change
+//! bumps a generation on a `watch` channel.
+//!
+//! Per-namespace fairness: a TrainJob whose set has tenant plugins is
+//! reconciled only while it holds one of its namespace's permits
+//! ([`TenantPlugins::permit`]); a namespace whose plugins are slow uses at
+//! most that many reconcile workers (and cores) at once, and the others
+//! stay free for every other namespace.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kube::core::{Selector, SelectorExt};
+use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use trainforge_api::plugin::{KindRef, Phase};
+
+use crate::controller::catalog::{Entry, Serving};
+use crate::plugin::{LoadedPlugin, PluginSet};
+
+/// Why a TrainJob's plugin set could not be put together.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ComposeError {
+    /// A tenant plugin clashes with a plugin already in the set (same
+    /// plugin name, or a second `status` plugin).
+    #[error("TrainerPlugin {namespace}/{name}: {message}")]
+    Clash {
+        /// The `TrainerPlugin`'s namespace.
+        namespace: String,
+        /// The `TrainerPlugin`'s name.
+        name: String,
+        /// What clashes.
+        message: String,
+    },
+}
+
+/// One `TrainerPlugin` as the store knows it.
+#[derive(Debug, Clone)]
+pub(crate) struct TenantEntry {
+    pub(crate) entry: Entry,
+    /// TrainJobs it applies to (`None`: every TrainJob of its namespace).
+    pub(crate) selector: Option<Selector>,
+    /// The options the ceiling allowed when it was loaded (`None` when the
+    /// ceiling refused it before loading).
+    pub(crate) options: Option<crate::controller::catalog::spec::PluginOptions>,
+}
+
+#[derive(Default)]
+struct State {
+    /// By namespace, then `TrainerPlugin` name.
+    namespaces: BTreeMap<String, BTreeMap<String, TenantEntry>>,
+    /// UIDs of deleted `TrainerPlugin`s (a late commit must not revive one).
+    deleted: BTreeSet<String>,
+}
+
+/// Tenant plugins in service, and per-namespace reconcile permits.
+pub struct TenantPlugins {
+    state: Mutex<State>,
+    generation: watch::Sender<u64>,
+    permits: Mutex<BTreeMap<String, Arc<Semaphore>>>,
+    per_namespace: usize,
+}
+
+impl std::fmt::Debug for TenantPlugins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantPlugins")
+            .field("generation", &*self.generation.borrow())
+            .field("per_namespace", &self.per_namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A TrainJob's plugin set and the `TrainerPlugin`s in it.
+#[derive(Debug, Clone)]
+pub struct Composed {
+    /// Cluster plugins, then the tenant plugins that apply.
+    pub set: Arc<PluginSet>,
+    /// The `TrainerPlugin`s (of the TrainJob's namespace) in the set.
+    pub tenants: Vec<TenantRef>,
+}
+
+/// One `TrainerPlugin` in a TrainJob's set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantRef {
+    /// The `TrainerPlugin`'s name.
+    pub name: String,
+    /// Its UID.
+    pub uid: String,
+    /// The name its plugin described itself with.
+    pub plugin: String,
+}
+
+impl TenantPlugins {
+    /// An empty store; a namespace's TrainJobs with tenant plugins are
+    /// reconciled at most `per_namespace` at a time (at least one).
+    pub fn new(per_namespace: usize) -> Self {
+        let (generation, _) = watch::channel(0);
+        TenantPlugins {
+            state: Mutex::new(State::default()),
+            generation,
+            permits: Mutex::new(BTreeMap::new()),
+            per_namespace: per_namespace.max(1),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every update is one insert or remove: a panic cannot leave a
+        // half-updated state behind.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Bumps whenever a namespace's tenant plugins change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    /// What the store knows about `TrainerPlugin` `namespace/name` if it
+    /// belongs to the object with `uid`.
+    pub(crate) fn entry(&self, namespace: &str, name: &str, uid: &str) -> Option<TenantEntry> {
+        self.lock()
+            .namespaces
+            .get(namespace)
+            .and_then(|m| m.get(name))
+            .filter(|e| e.entry.uid == uid)
+            .cloned()
+    }
+
+    /// Record `entry` for `TrainerPlugin` `namespace/name`. A candidate
+    /// that clashes with another serving tenant plugin of the namespace
+    /// (same plugin name, or both call `status`) is refused, the earlier
+    /// `TrainerPlugin` name keeping its place. Returns the entry recorded.
+    pub(crate) fn commit(&self, namespace: &str, name: &str, mut e: TenantEntry) -> TenantEntry {
+        let mut state = self.lock();
+        if state.deleted.contains(&e.entry.uid) {
+            e.entry.serving = None;
+            return e;
+        }
+        if let Some(s) = &e.entry.serving
+            && let Some(peers) = state.namespaces.get(namespace)
+        {
+            let clash = peers
+                .iter()
+                .filter(|(n, _)| n.as_str() != name)
+                .filter_map(|(n, p)| p.entry.serving.as_ref().map(|ps| (n, ps)))
+                .find_map(|(n, ps)| clash_message(s, ps).map(|m| (n.clone(), m)));
+            if let Some((other, message)) = clash {
+                let message = format!("{message} (TrainerPlugin {other})");
+                let done = e
+                    .entry
+                    .attempt
+                    .as_ref()
+                    .map(|a| vec![a.stages[0].clone(), a.stages[1].clone()])
+                    .unwrap_or_default();
+                let generation = e.entry.attempt.as_ref().map_or(0, |a| a.generation);
+                e.entry.attempt = Some(crate::controller::catalog::Attempt::failed(
+                    generation,
+                    done,
+                    trainforge_api::trainforge::v1alpha1::reason::DUPLICATE_NAME,
+                    message,
+                ));
+                e.entry.serving = state
+                    .namespaces
+                    .get(namespace)
+                    .and_then(|m| m.get(name))
+                    .filter(|old| old.entry.uid == e.entry.uid)
+                    .and_then(|old| old.entry.serving.clone());
+            }
+        }
+        let key = |x: Option<&TenantEntry>| {
+            x.and_then(|t| t.entry.serving.as_ref())
+                .map(|s| (s.digest().to_owned(), s.generation, s.order))
+        };
+        let before = key(state.namespaces.get(namespace).and_then(|m| m.get(name)));
+        let after = key(Some(&e));
+        state
+            .namespaces
+            .entry(namespace.to_owned())
+            .or_default()
+            .insert(name.to_owned(), e.clone());
+        if before != after {
+            self.generation.send_modify(|g| *g += 1);
+        }
+        e
+    }
+
+    /// Forget `TrainerPlugin` `namespace/name` (deleted) and take its
+    /// plugin out of service.
+    pub(crate) fn remove(&self, namespace: &str, name: &str, uid: Option<&str>) {
+        let mut state = self.lock();
+        if let Some(uid) = uid {
+            state.deleted.insert(uid.to_owned());
+        }
+        let Some(m) = state.namespaces.get_mut(namespace) else {
+            return;
+        };
+        if m.get(name)
+            .is_some_and(|e| uid.is_none_or(|u| u == e.entry.uid))
+            && let Some(e) = m.remove(name)
+        {
+            if m.is_empty() {
+                state.namespaces.remove(namespace);
+            }
+            state.deleted.insert(e.entry.uid);
+            if e.entry.serving.is_some() {
+                self.generation.send_modify(|g| *g += 1);
+            }
+        }
+    }
+
+    /// Forget every `TrainerPlugin` not in `present` (`(namespace, name)`).
+    pub(crate) fn retain(&self, present: &BTreeSet<(String, String)>) {
+        let gone: Vec<(String, String)> = self
+            .lock()
+            .namespaces
+            .iter()
+            .flat_map(|(ns, m)| m.keys().map(move |n| (ns.clone(), n.clone())))
+            .filter(|k| !present.contains(k))
+            .collect();
+        for (ns, n) in gone {
+            self.remove(&ns, &n, None);
+        }
+    }
+
+    /// Kinds the serving tenant plugins emit, read or watch.
+    pub fn kinds(&self) -> BTreeSet<KindRef> {
+        self.lock()
+            .namespaces
+            .values()
+            .flat_map(|m| m.values())
+            .filter_map(|e| e.entry.serving.as_ref())
+            .flat_map(|s| s.kinds.iter().cloned())
+            .collect()
+    }
+
+    /// The set for a TrainJob of `namespace` with `labels`: `cluster` with
+    /// the tenant plugins that apply appended. `cluster` itself (no copy)
+    /// when none does.
+    pub fn compose(
+        &self,
+        cluster: Arc<PluginSet>,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Composed, ComposeError> {
+        let mut tenants: Vec<(i32, String, LoadedPlugin, String)> = {
+            let state = self.lock();
+            let Some(m) = state.namespaces.get(namespace) else {
+                return Ok(Composed {
+                    set: cluster,
+                    tenants: Vec::new(),
+                });
+            };
+            m.iter()
+                .filter(|(_, e)| e.selector.as_ref().is_none_or(|s| s.matches(labels)))
+                .filter_map(|(n, e)| {
+                    e.entry
+                        .serving
+                        .as_ref()
+                        .map(|s| (s.order, n.clone(), s.plugin.clone(), e.entry.uid.clone()))
+                })
+                .collect()
+        };
+        if tenants.is_empty() {
+            return Ok(Composed {
+                set: cluster,
+                tenants: Vec::new(),
+            });
+        }
+        tenants.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        for (_, name, p, _) in &tenants {
+            for c in cluster.plugins() {
+                let message = if c.name() == p.name() {
+                    Some(format!(
+                        "plugin name {:?} is also served by a ClusterTrainerPlugin",
+                        p.name()
+                    ))
+                } else if c.calls(Phase::Status) && p.calls(Phase::Status) {
+                    Some(format!(
+                        "plugin {} implements the status phase, as does the cluster's plugin {}",
+                        p.name(),
+                        c.name()
+                    ))
+                } else {
+                    None
+                };
+                if let Some(message) = message {
+                    return Err(ComposeError::Clash {
+                        namespace: namespace.to_owned(),
+                        name: name.clone(),
+                        message,
+                    });
+                }
+            }
+        }
+        let names = tenants
+            .iter()
+            .map(|t| TenantRef {
+                name: t.1.clone(),
+                uid: t.3.clone(),
+                plugin: t.2.name().to_owned(),
+            })
+            .collect();
+        let all: Vec<LoadedPlugin> = cluster
+            .plugins()
+            .iter()
+            .cloned()
+            .chain(tenants.into_iter().map(|t| t.2))
+            .collect();
+        let set = PluginSet::new(all).map_err(|e| ComposeError::Clash {
+            namespace: namespace.to_owned(),
+            name: String::new(),
+            message: e.to_string(),
+        })?;
+        Ok(Composed {
+            set: Arc::new(set),
+            tenants: names,
+        })
+    }
+
+    /// A reconcile permit for a TrainJob of `namespace` whose set has
+    /// tenant plugins, or `None` when that namespace already uses all of
+    /// its permits (the reconcile is retried shortly).
+    pub fn permit(&self, namespace: &str) -> Option<OwnedSemaphorePermit> {
+        let mut permits = self
+            .permits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Namespaces with no permit in use are dropped, so the map holds
+        // only namespaces reconciling now.
+        permits.retain(|_, s| s.available_permits() < self.per_namespace);
+        permits
+            .entry(namespace.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.per_namespace)))
+            .clone()
+            .try_acquire_owned()
+            .ok()
+    }
+}
+
+/// Why `a` cannot serve beside `b` in one namespace, if it cannot.
+fn clash_message(a: &Serving, b: &Serving) -> Option<String> {
+    if a.plugin.name() == b.plugin.name() {
+        return Some(format!(
+            "plugin name {:?} is already served",
+            a.plugin.name()
+        ));
+    }
+    if a.status_phase && b.status_phase {
+        return Some(format!(
+            "plugin {} implements the status phase, as does plugin {}",
+            a.plugin.name(),
+            b.plugin.name()
+        ));
+    }
+    None
+}
