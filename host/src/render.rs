@@ -37,6 +37,17 @@ pub struct RenderArgs {
     /// Namespace of TrainJobs and TrainingRuntimes that have none.
     #[arg(short, long, default_value = "default")]
     pub namespace: String,
+    /// A tenant plugin to render with, as `<TrainerPlugin file>=<component
+    /// .wasm>` (repeatable): it serves the TrainJobs of its namespace that
+    /// its selector matches, after the builtin plugins, within the ceiling
+    /// of `--policy`, exactly as the operator would serve it.
+    #[arg(long = "trainer-plugin", value_name = "TRAINERPLUGIN=WASM")]
+    pub trainer_plugins: Vec<String>,
+    /// The `TrainerPluginPolicy` whose ceiling applies to
+    /// `--trainer-plugin` (default: the operator's defaults; its
+    /// `namespaceSelector` is not checked offline).
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
 }
 
 /// Why `render` failed.
@@ -70,6 +81,22 @@ pub enum RenderError {
         kind: String,
         /// Runtime name.
         name: String,
+    },
+    /// A `--trainer-plugin` could not be read or is refused by the ceiling.
+    #[error("--trainer-plugin {arg}: {reason}")]
+    TenantPlugin {
+        /// The argument.
+        arg: String,
+        /// Why.
+        reason: String,
+    },
+    /// A TrainJob's tenant plugins cannot join the builtin ones.
+    #[error("TrainJob {trainjob}: {source}")]
+    TenantSet {
+        /// TrainJob name.
+        trainjob: String,
+        /// The clash.
+        source: crate::controller::tenants::ComposeError,
     },
     /// The builtin plugins could not be loaded.
     #[error("loading builtin plugins: {0}")]
@@ -128,8 +155,9 @@ pub fn run(args: &RenderArgs) -> Result<(), RenderError> {
         input.add_yaml(&path.display().to_string(), &text, &args.namespace)?;
     }
     let plugins = builtin_plugins()?;
+    let tenants = tenant_plugins(args)?;
     let mut first = true;
-    for (job, result) in render(&input, &plugins)? {
+    for (job, result) in render_with(&input, &plugins, tenants.as_ref())? {
         let name = job.metadata.name.clone().unwrap_or_default();
         let rendered = result.map_err(|source| RenderError::Pipeline {
             trainjob: name.clone(),
@@ -262,6 +290,88 @@ pub fn plugin_inputs(
         reason: e.to_string(),
     })?;
     Ok((json, info))
+}
+
+/// The `--trainer-plugin`s, loaded under the `--policy` ceiling, as the
+/// operator's store would hold them (`None` when there are none).
+fn tenant_plugins(
+    args: &RenderArgs,
+) -> Result<Option<crate::controller::tenants::TenantPlugins>, RenderError> {
+    use crate::controller::tenants::offline;
+    if args.trainer_plugins.is_empty() {
+        return Ok(None);
+    }
+    let err = |arg: &str, reason: String| RenderError::TenantPlugin {
+        arg: arg.to_owned(),
+        reason,
+    };
+    let policy = args
+        .policy
+        .as_deref()
+        .map(plugin::cli::read_policy)
+        .transpose()
+        .map_err(|e| err("--policy", e.to_string()))?;
+    let rt = PluginRuntime::new(RuntimeConfig::default()).map_err(RenderError::Plugins)?;
+    let mut loaded = Vec::new();
+    for arg in &args.trainer_plugins {
+        let Some((tp, wasm)) = arg.split_once('=') else {
+            return Err(err(
+                arg,
+                "expected <TrainerPlugin file>=<component .wasm>".into(),
+            ));
+        };
+        let tp =
+            plugin::cli::read_trainer_plugin(Path::new(tp)).map_err(|e| err(arg, e.to_string()))?;
+        let src = plugin::PluginSource::from_file(Path::new(wasm), rt.config().max_component_bytes)
+            .map_err(|e| err(arg, e.to_string()))?;
+        let t = offline::load(
+            &rt,
+            &tp,
+            src.bytes,
+            policy.as_ref(),
+            &args.namespace,
+            std::sync::Arc::new(plugin::NoObjects),
+        )
+        .map_err(|e| err(arg, e.to_string()))?;
+        loaded.push(t);
+    }
+    Ok(Some(offline::store(&loaded)))
+}
+
+/// [`render`], with the tenant plugins of `tenants` joining each TrainJob's
+/// set as the operator would add them.
+pub fn render_with(
+    input: &Input,
+    plugins: &PluginSet,
+    tenants: Option<&crate::controller::tenants::TenantPlugins>,
+) -> Result<RenderResults, RenderError> {
+    let Some(tenants) = tenants else {
+        return render(input, plugins);
+    };
+    if input.trainjobs.is_empty() {
+        return Err(RenderError::NoTrainJob);
+    }
+    let cluster = std::sync::Arc::new(plugins.clone());
+    input
+        .trainjobs
+        .iter()
+        .map(|job| {
+            let runtime = input.runtime_for(job)?;
+            let ns = job.metadata.namespace.clone().unwrap_or_default();
+            let labels = job.metadata.labels.clone().unwrap_or_default();
+            let set = tenants
+                .compose(cluster.clone(), &ns, &labels)
+                .map_err(|source| RenderError::TenantSet {
+                    trainjob: job.metadata.name.clone().unwrap_or_default(),
+                    source,
+                })?
+                .set;
+            Ok((
+                job.clone(),
+                run_pipeline(job, runtime, &set).map_err(Box::new),
+            ))
+        })
+        .collect()
 }
 
 /// Each TrainJob with what the pipeline made of it.

@@ -331,3 +331,104 @@ fn run_bounds_compilation() {
     let (ok, _, err) = trainforge(&["plugin", "inspect", "/dev/zero"]);
     assert!(!ok && err.contains("not a regular file"), "{err}");
 }
+
+/// `plugin run --trainer-plugin`: a team tries its plugin as the operator
+/// would serve it — the TrainerPlugin's config and options, the ceiling of
+/// `--policy` (or the defaults), the restricted pod level — before
+/// installing anything.
+#[test]
+fn run_as_a_tenant_plugin_within_the_ceiling() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = hostile_declaring(&json!({"name": "team-env", "emits": [["v1", "ConfigMap"]]}));
+    let wasm = dir.path().join("team.wasm");
+    std::fs::write(&wasm, &bytes).unwrap();
+    let digest = trainforge::plugin::sha256_hex(&bytes);
+    let tj = dir.path().join("trainjob.json");
+    std::fs::write(&tj, trainjob().to_string()).unwrap();
+    let rt = dir.path().join("runtime.json");
+    std::fs::write(&rt, runtime().to_string()).unwrap();
+    let pod = "/templateSpec/obj/replicatedJobs/0/template/spec/template/spec";
+    let run = |ns: &str, extra: serde_json::Value, policy: Option<serde_json::Value>| {
+        let mut spec = json!({
+            "source": {"configMap": {"namespace": ns, "name": "m", "key": "plugin.wasm"}},
+            "sha256": digest,
+        });
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let tp = dir.path().join(format!("tp-{ns}.json"));
+        std::fs::write(
+            &tp,
+            json!({"apiVersion": "trainforge.dev/v1alpha1", "kind": "TrainerPlugin",
+                "metadata": {"name": "env", "namespace": ns}, "spec": spec})
+            .to_string(),
+        )
+        .unwrap();
+        let mut args = vec![
+            "plugin".to_owned(),
+            "run".into(),
+            wasm.to_str().unwrap().into(),
+            "--trainjob".into(),
+            tj.to_str().unwrap().into(),
+            "--runtime".into(),
+            rt.to_str().unwrap().into(),
+            "--trainer-plugin".into(),
+            tp.to_str().unwrap().into(),
+        ];
+        if let Some(p) = policy {
+            let path = dir.path().join("policy.json");
+            std::fs::write(&path, p.to_string()).unwrap();
+            args.extend(["--policy".into(), path.to_str().unwrap().into()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        trainforge(&args)
+    };
+    // Within the ceiling: the TrainerPlugin's config drives the plugin.
+    let marker = json!({"config": {"emit": [{"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "team-marker"}}]}});
+    let (ok, out, err) = run("team", marker.clone(), None);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["objects"][0]["metadata"]["name"], "team-marker", "{v}");
+    // Refusals name the reason and what exceeds the ceiling.
+    let cases: Vec<(
+        &str,
+        serde_json::Value,
+        Option<serde_json::Value>,
+        Vec<&str>,
+    )> = vec![
+        (
+            "team",
+            json!({"limits": {"timeout": "5s"}}),
+            None,
+            vec!["ExceedsPolicy", "spec.limits.timeout"],
+        ),
+        (
+            "team",
+            json!({"config": {}}),
+            Some(json!({"spec": {"allowedKinds": [{"apiVersion": "v1", "kind": "Secret"}]}})),
+            vec!["ExceedsPolicy", "emits: v1/ConfigMap"],
+        ),
+        (
+            "team",
+            json!({"config": {"set": [{"phase": "enforce-pod-spec", "target": "info",
+                "pointer": format!("{pod}/containers/0/securityContext/runAsUser"), "value": 0}]}}),
+            None,
+            vec!["PodSecurity", "runAsUser 0", "restricted"],
+        ),
+        (
+            "other",
+            marker,
+            None,
+            vec!["serves only TrainJobs of namespace other"],
+        ),
+    ];
+    for (ns, extra, policy, words) in cases {
+        let (ok, _, err) = run(ns, extra.clone(), policy);
+        assert!(!ok, "{extra} must be refused");
+        for w in words {
+            assert!(err.contains(w), "{extra}: {w:?} missing in {err}");
+        }
+    }
+}

@@ -7,6 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod plugin_common;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -75,4 +77,96 @@ fn render_prints_each_warning_once_without_ansi_escapes() {
             );
         }
     }
+}
+
+/// `render --trainer-plugin`: a tenant plugin joins the set of the
+/// TrainJobs of its namespace (after the builtin plugins) and of no other,
+/// and one asking for more than the ceiling is refused naming what.
+#[test]
+fn render_with_a_tenant_plugin_serves_only_its_namespace() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = plugin_common::hostile_declaring(
+        &json!({"name": "team-env", "emits": [["v1", "ConfigMap"]]}),
+    );
+    let wasm = dir.path().join("team.wasm");
+    std::fs::write(&wasm, &bytes).unwrap();
+    let jobs = dir.path().join("jobs.yaml");
+    let job = |ns: &str| {
+        format!(
+            "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata:\n  name: job-{ns}\n  namespace: {ns}\nspec:\n  runtimeRef:\n    name: torch-distributed\n"
+        )
+    };
+    std::fs::write(&jobs, format!("{}---\n{}", job("team"), job("other"))).unwrap();
+    let tp = |extra: serde_json::Value| {
+        let mut spec = json!({
+            "source": {"configMap": {"namespace": "team", "name": "m", "key": "plugin.wasm"}},
+            "sha256": trainforge::plugin::sha256_hex(&bytes),
+            "config": {"emit": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "team-marker"}}]},
+        });
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let path = dir.path().join("tp.json");
+        std::fs::write(
+            &path,
+            json!({"apiVersion": "trainforge.dev/v1alpha1", "kind": "TrainerPlugin",
+                "metadata": {"name": "env", "namespace": "team"}, "spec": spec})
+            .to_string(),
+        )
+        .unwrap();
+        format!("{}={}", path.display(), wasm.display())
+    };
+    let render = |tenant: String| {
+        Command::new(env!("CARGO_BIN_EXE_trainforge"))
+            .arg("render")
+            .arg("-f")
+            .arg(&jobs)
+            .arg("-f")
+            .arg(root().join("api/tests/fixtures/upstream/torch-distributed.yaml"))
+            .arg("--trainer-plugin")
+            .arg(tenant)
+            .output()
+            .unwrap()
+    };
+    let out = render(tp(json!({})));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let markers: Vec<(String, String)> = stdout
+        .split("\n---")
+        .filter_map(|d| serde_saphyr::from_str::<serde_json::Value>(d).ok())
+        .filter(|o| o["metadata"]["name"] == "team-marker")
+        .map(|o| {
+            (
+                o["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                o["metadata"]["ownerReferences"][0]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        markers,
+        [("team".to_owned(), "job-team".to_owned())],
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("job-other"),
+        "the other TrainJob is rendered too"
+    );
+    let out = render(tp(json!({"grants": {"pod": {"privileged": true}}})));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("ExceedsPolicy") && stderr.contains("pod.privileged"),
+        "{stderr}"
+    );
 }

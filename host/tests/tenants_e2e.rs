@@ -8,6 +8,8 @@
 //! calling themselves `team-env`); a third namespace is not allowed any.
 //! The test checks, in order:
 //!
+//! 0. the shipped tenant ClusterRole, bound in a team's namespace, allows
+//!    TrainerPlugins and ConfigMaps there and nothing elsewhere;
 //! 1. each TrainJob gets exactly the plugins that apply to it (its
 //!    namespace's, narrowed by selector; never another namespace's);
 //! 2. a hostile tenant plugin is contained — other namespaces, kinds outside
@@ -77,8 +79,10 @@ async fn setup() -> Option<Fx> {
             apply(&client, &d).await;
         }
     }
-    for d in docs(&root().join("manifests/tenants/policy.yaml"), None) {
-        apply(&client, &d).await;
+    for f in ["policy.yaml", "roles.yaml"] {
+        for d in docs(&root().join("manifests/tenants").join(f), None) {
+            apply(&client, &d).await;
+        }
     }
     apply_default_plugins(&client).await;
     for d in docs(
@@ -226,6 +230,108 @@ fn percentile(v: &[Duration], p: f64) -> Duration {
     s[i.min(s.len() - 1)]
 }
 
+/// Whether `user` may `verb` `resource` (`group`, `subresource`) in `ns`
+/// (cluster scope when `None`), as the API server's authorizer decides.
+async fn may(
+    client: &kube::Client,
+    user: &str,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    subresource: &str,
+    ns: Option<&str>,
+) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.to_owned()),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.to_owned()),
+                group: Some(group.to_owned()),
+                resource: Some(resource.to_owned()),
+                subresource: (!subresource.is_empty()).then(|| subresource.to_owned()),
+                namespace: ns.map(str::to_owned),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SubjectAccessReview>::all(client.clone())
+        .create(&Default::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+/// The shipped tenant role, bound in one namespace, reaches nothing outside
+/// it: no other namespace, no cluster plugin, no ceiling, no status.
+async fn tenant_role_stays_in_its_namespace(fx: &Fx, a: &str, b: &str) {
+    let user = "team-a-admin";
+    apply(
+        &fx.client,
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "team-a-plugins", "namespace": a},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                "name": "trainforge-trainerplugin-editor"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}),
+    )
+    .await;
+    let tf = "trainforge.dev";
+    eventually("the tenant role binding is in effect", TIMEOUT, || async {
+        may(
+            &fx.client,
+            user,
+            "create",
+            tf,
+            "trainerplugins",
+            "",
+            Some(a),
+        )
+        .await
+        .then_some(())
+    })
+    .await;
+    let allowed: &[(&str, &str, &str, &str)] = &[
+        ("create", tf, "trainerplugins", ""),
+        ("update", tf, "trainerplugins", ""),
+        ("delete", tf, "trainerplugins", ""),
+        ("get", tf, "trainerplugins", "status"),
+        ("create", "", "configmaps", ""),
+    ];
+    for &(verb, group, resource, sub) in allowed {
+        assert!(
+            may(&fx.client, user, verb, group, resource, sub, Some(a)).await,
+            "{verb} {resource}/{sub} in {a}"
+        );
+    }
+    let denied: &[(&str, &str, &str, &str, Option<&str>)] = &[
+        ("create", tf, "trainerplugins", "", Some(b)),
+        ("create", "", "configmaps", "", Some(b)),
+        ("patch", tf, "trainerplugins", "status", Some(a)),
+        ("create", tf, "clustertrainerplugins", "", None),
+        ("update", tf, "trainerpluginpolicies", "", None),
+        ("list", tf, "trainerplugins", "", None),
+        ("get", "", "secrets", "", Some(a)),
+        (
+            "create",
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            "",
+            Some(a),
+        ),
+    ];
+    for &(verb, group, resource, sub, ns) in denied {
+        assert!(
+            !may(&fx.client, user, verb, group, resource, sub, ns).await,
+            "{verb} {resource}/{sub} in {ns:?} must be denied"
+        );
+    }
+}
+
 #[tokio::test]
 async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     let Some(fx) = setup().await else { return };
@@ -253,6 +359,9 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
         )
         .await;
     }
+
+    step("0 the tenant role stays in its namespace");
+    tenant_role_stays_in_its_namespace(&fx, &a, &b).await;
 
     step("1 each TrainJob gets exactly the plugins that apply to it");
     for ns in [&a, &b] {

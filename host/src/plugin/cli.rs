@@ -66,6 +66,18 @@ pub enum PluginCommand {
         /// `<apiVersion>/<Kind>` (e.g. `v1/Secret`; repeatable).
         #[arg(long = "allowed-read")]
         allowed_reads: Vec<String>,
+        /// A `TrainerPlugin` (YAML or JSON): run the component as that
+        /// tenant plugin, with its spec's config, limits, phases, kinds and
+        /// grants capped by the ceiling exactly as the operator would (a
+        /// spec asking for more is refused, naming what). The TrainJob must
+        /// be in the TrainerPlugin's namespace.
+        #[arg(long, conflicts_with_all = ["config", "grants", "allowed_kinds", "allowed_reads"])]
+        trainer_plugin: Option<PathBuf>,
+        /// The `TrainerPluginPolicy` (YAML or JSON) whose ceiling applies
+        /// to `--trainer-plugin` (default: the operator's defaults). Its
+        /// `namespaceSelector` is not checked offline.
+        #[arg(long, requires = "trainer_plugin")]
+        policy: Option<PathBuf>,
     },
     /// Measure load time and per-phase call latency (fresh store per call).
     Bench {
@@ -196,6 +208,63 @@ fn load(rt: &PluginRuntime, file: &Path, config: Option<&Path>) -> Result<Plugin
     Ok(src)
 }
 
+/// Load `file` as the tenant plugin the `TrainerPlugin` in `tp` configures,
+/// under the ceiling of the policy in `policy` (the operator's defaults when
+/// `None`), for `trainjob` (which must be in the TrainerPlugin's namespace).
+fn load_tenant(
+    rt: &PluginRuntime,
+    file: &Path,
+    tp: &Path,
+    policy: Option<&Path>,
+    trainjob: &Value,
+    objects: StaticObjects,
+) -> Result<LoadedPlugin, Error> {
+    let plugin = read_trainer_plugin(tp)?;
+    let policy = policy.map(read_policy).transpose()?;
+    let src = PluginSource::from_file(file, rt.config().max_component_bytes)?;
+    let t = crate::controller::tenants::offline::load(
+        rt,
+        &plugin,
+        src.bytes,
+        policy.as_ref(),
+        DEFAULT_NAMESPACE,
+        Arc::new(objects),
+    )
+    .map_err(|e| Error::Usage(e.to_string()))?;
+    let job_ns = trainjob
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or(DEFAULT_NAMESPACE);
+    if job_ns != t.namespace {
+        return Err(Error::Usage(format!(
+            "TrainerPlugin {}/{} serves only TrainJobs of namespace {}, not {job_ns}",
+            t.namespace, t.name, t.namespace
+        )));
+    }
+    Ok(t.plugin)
+}
+
+/// A `TrainerPlugin` (YAML or JSON) from `path`.
+pub fn read_trainer_plugin(
+    path: &Path,
+) -> Result<trainforge_api::trainforge::v1alpha1::TrainerPlugin, Error> {
+    serde_json::from_value(read_doc(path)?).map_err(|e| Error::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// The spec of a `TrainerPluginPolicy` (YAML or JSON) from `path`.
+pub fn read_policy(
+    path: &Path,
+) -> Result<trainforge_api::trainforge::v1alpha1::TrainerPluginPolicySpec, Error> {
+    let doc = read_doc(path)?;
+    serde_json::from_value(doc.get("spec").cloned().unwrap_or_default()).map_err(|e| Error::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
 /// The TrainJob in `trainjob` as the operator stores it and the runtime info
 /// the operator builds for it on the runtime in `runtime`.
 fn operator_inputs(trainjob: &Path, runtime: &Path) -> Result<(Value, Info), Error> {
@@ -243,7 +312,18 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
             grants,
             allowed_kinds,
             allowed_reads,
+            trainer_plugin,
+            policy,
         } => {
+            if let Some(tp) = trainer_plugin {
+                let mut store = StaticObjects::default();
+                for o in &objects {
+                    store.insert(&read_doc(o)?);
+                }
+                let (trainjob, info) = operator_inputs(&trainjob, &runtime)?;
+                let p = load_tenant(&rt, &file, &tp, policy.as_deref(), &trainjob, store)?;
+                return print_json(&dry_run(&p, &trainjob, &info)?);
+            }
             let mut src = load(&rt, &file, config.as_deref())?;
             src.allowed_emits = parse_kinds(&allowed_kinds)?;
             src.allowed_reads = parse_kinds(&allowed_reads)?;

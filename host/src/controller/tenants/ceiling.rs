@@ -131,6 +131,16 @@ impl Ceiling {
         Ok(())
     }
 
+    /// The same ceiling with every namespace allowed (offline tools, which
+    /// do not know the namespaces' labels), unless it cannot be used at all.
+    #[must_use]
+    pub fn every_namespace(mut self) -> Self {
+        if !self.closed.contains("cannot be used") {
+            self.namespaces = Some(Selector::default());
+        }
+        self
+    }
+
     /// Whether a namespace with `labels` may have tenant plugins; the
     /// refusal otherwise.
     pub fn admit_namespace(

@@ -22,6 +22,7 @@
 
 pub mod ceiling;
 mod controller;
+pub mod offline;
 mod state;
 
 pub use ceiling::{Ceiling, Refusal};
