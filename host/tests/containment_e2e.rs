@@ -40,7 +40,6 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 const JOBSET: &str = "jobset.x-k8s.io/v1alpha2";
 const CTP: &str = "trainforge.dev/v1alpha1";
 const OPERATOR_NS: &str = "trainforge-system";
-const OPERATOR_SA: &str = "trainforge-operator";
 const COMPILE_TIMEOUT_SECONDS: u64 = 20;
 
 struct Fx {
@@ -54,18 +53,7 @@ struct Fx {
 async fn setup() -> Option<Fx> {
     let env = trainforge_testenv::require!(Mode::Full)?;
     let client = env.client().await.unwrap();
-    for f in [
-        "namespace.yaml",
-        "service_account.yaml",
-        "cluster_role.yaml",
-        "cluster_role_binding.yaml",
-        "leader_election_role.yaml",
-        "leader_election_role_binding.yaml",
-    ] {
-        for d in docs(&root().join("manifests/operator").join(f), None) {
-            apply(&client, &d).await;
-        }
-    }
+    let kubeconfig = operator_service_account(env, &client).await;
     apply_default_plugins(&client).await;
     for d in docs(
         &root().join("api/tests/fixtures/upstream/torch-distributed.yaml"),
@@ -73,16 +61,6 @@ async fn setup() -> Option<Fx> {
     ) {
         apply(&client, &d).await;
     }
-    let kubeconfig = env.dir().join("operator-sa.kubeconfig");
-    trainforge_testenv::kubeconfig::write_service_account(
-        env.kubeconfig(),
-        OPERATOR_NS,
-        OPERATOR_SA,
-        3600,
-        &kubeconfig,
-    )
-    .await
-    .unwrap();
     // As its ServiceAccount, the operator cannot list Pods (the RBAC holds).
     let sa = trainforge_testenv::kubeconfig::client(&kubeconfig)
         .await

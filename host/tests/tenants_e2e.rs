@@ -24,10 +24,13 @@
 //!    with `WithinPolicy=False` naming what;
 //! 4. the ceiling tightened live takes plugins that no longer fit out of
 //!    service, and restoring it brings them back;
-//! 5. per-tenant metrics count each namespace's calls and failures;
+//! 5. per-tenant metrics count each namespace's calls and failures, and a
+//!    failing tenant plugin with `failurePolicy: Ignore` is skipped (5b);
 //! 6. a figure: create → JobSet latency of tenant A's TrainJobs while
 //!    tenant B's plugin spins to its time limit on every call, against the
-//!    same without it.
+//!    same without it;
+//! 7. a TrainerPlugin whose new spec fails keeps its last good version
+//!    serving, also after the operator restarts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod operator_common;
@@ -48,7 +51,6 @@ const JOBSET: &str = "jobset.x-k8s.io/v1alpha2";
 const TF: &str = "trainforge.dev/v1alpha1";
 const TRAINJOB_API: &str = "trainer.kubeflow.org/v1alpha1";
 const OPERATOR_NS: &str = "trainforge-system";
-const OPERATOR_SA: &str = "trainforge-operator";
 /// The label the shipped policy selects tenant namespaces by.
 const TENANT_LABEL: &str = "trainforge.dev/tenant-plugins";
 /// The name both tenants' plugins describe themselves with.
@@ -67,18 +69,7 @@ fn step(text: &str) {
 async fn setup() -> Option<Fx> {
     let env = trainforge_testenv::require!(Mode::Full)?;
     let client = env.client().await.unwrap();
-    for f in [
-        "namespace.yaml",
-        "service_account.yaml",
-        "cluster_role.yaml",
-        "cluster_role_binding.yaml",
-        "leader_election_role.yaml",
-        "leader_election_role_binding.yaml",
-    ] {
-        for d in docs(&root().join("manifests/operator").join(f), None) {
-            apply(&client, &d).await;
-        }
-    }
+    let kubeconfig = operator_service_account(env, &client).await;
     for f in ["policy.yaml", "roles.yaml"] {
         for d in docs(&root().join("manifests/tenants").join(f), None) {
             apply(&client, &d).await;
@@ -91,16 +82,6 @@ async fn setup() -> Option<Fx> {
     ) {
         apply(&client, &d).await;
     }
-    let kubeconfig = env.dir().join("operator-sa.kubeconfig");
-    trainforge_testenv::kubeconfig::write_service_account(
-        env.kubeconfig(),
-        OPERATOR_NS,
-        OPERATOR_SA,
-        3600,
-        &kubeconfig,
-    )
-    .await
-    .unwrap();
     let op = Operator::start_as(
         env,
         "operator-tenants",
@@ -391,7 +372,7 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
             "extra",
             "extra-module",
             &selective,
-            json!({"order": 5, "config": marker("extra"),
+            json!({"order": 5, "config": marker("extra"), "failurePolicy": "Ignore",
                 "selector": {"matchLabels": {"example.com/extra": "yes"}}}),
         ),
     )
@@ -740,6 +721,28 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
         "tenant B failed nothing"
     );
 
+    step("5b a failing tenant plugin with failurePolicy Ignore is skipped");
+    let mut tolerated = plain(&b, "tolerated", json!({"example.com/extra": "yes"}));
+    tolerated["metadata"]["annotations"] = json!({
+        "hostile.trainforge.dev/team-env": "{}",
+        "hostile.trainforge.dev/team-extra": json!({"attack": "loop"}).to_string(),
+    });
+    apply(&fx.client, &tolerated).await;
+    wait_jobset(&fx, &b, "tolerated").await;
+    let text = fx.op.scrape().await;
+    assert!(
+        metric(
+            &text,
+            "trainforge_tenant_plugin_failures_total",
+            &[
+                ("namespace", &b),
+                ("plugin", "team-extra"),
+                ("reason", "Timeout")
+            ]
+        ) > 0.0,
+        "the ignored failure is counted"
+    );
+
     step("6 figure: tenant A's latency while tenant B's plugin spins");
     const N: usize = 8;
     let quiet = jobset_latencies(&fx, &a, "quiet", N).await;
@@ -795,5 +798,45 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
         )
         .await;
     }
+
+    step("7 a failing new spec keeps the last good version serving, across a restart");
+    let mut broken = trainer_plugin(
+        &a,
+        "env",
+        "gone",
+        &bytes,
+        json!({"config": marker("team-a")}),
+    );
+    broken["spec"]["source"]["configMap"]["name"] = json!("gone");
+    apply(&fx.client, &broken).await;
+    let o = eventually("env Degraded", TIMEOUT, || async {
+        let o = get(&fx.client, TF, "TrainerPlugin", Some(&a), "env").await?;
+        (condition(&o, "Degraded")?["status"] == "True"
+            && o["status"]["observedGeneration"] == o["metadata"]["generation"])
+            .then_some(o)
+    })
+    .await;
+    assert_eq!(cond(&o, "Ready").1, "ServingLastKnownGood", "{o}");
+    let digest = o["status"]["servingDigest"].clone();
+    fx.op.kill();
+    fx.op.restart("operator-tenants-2");
+    fx.op.wait_ready().await;
+    let mut after = plain(&a, "after-restart", json!({}));
+    after["metadata"]["annotations"] =
+        json!({"hostile.trainforge.dev/team-env": marker("restored").to_string()});
+    apply(&fx.client, &after).await;
+    wait_jobset(&fx, &a, "after-restart").await;
+    let restored = eventually("the restored plugin's marker", TIMEOUT, || {
+        get(&fx.client, "v1", "ConfigMap", Some(&a), "restored-marker")
+    })
+    .await;
+    assert_eq!(
+        restored["metadata"]["ownerReferences"][0]["name"],
+        "after-restart"
+    );
+    let o = get(&fx.client, TF, "TrainerPlugin", Some(&a), "env")
+        .await
+        .unwrap();
+    assert_eq!(o["status"]["servingDigest"], digest);
     fx.op.wait_ready().await;
 }

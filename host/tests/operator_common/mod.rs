@@ -522,6 +522,35 @@ pub fn trainjob_object(ns: &str, name: &str, runtime: &str, spec_extra: Value) -
     })
 }
 
+/// Install the operator's shipped namespace, ServiceAccount and RBAC, and
+/// return a kubeconfig with a token of its ServiceAccount (an hour long),
+/// so that it runs with exactly the permissions it ships with.
+pub async fn operator_service_account(env: &TestEnv, client: &kube::Client) -> PathBuf {
+    for f in [
+        "namespace.yaml",
+        "service_account.yaml",
+        "cluster_role.yaml",
+        "cluster_role_binding.yaml",
+        "leader_election_role.yaml",
+        "leader_election_role_binding.yaml",
+    ] {
+        for d in docs(&root().join("manifests/operator").join(f), None) {
+            apply(client, &d).await;
+        }
+    }
+    let kubeconfig = env.dir().join("operator-sa.kubeconfig");
+    trainforge_testenv::kubeconfig::write_service_account(
+        env.kubeconfig(),
+        "trainforge-system",
+        "trainforge-operator",
+        3600,
+        &kubeconfig,
+    )
+    .await
+    .unwrap();
+    kubeconfig
+}
+
 /// Store a plugin component in ConfigMap `ns/name` (`binaryData`
 /// `plugin.wasm`), the way an author ships one without a registry.
 pub async fn store_component(client: &kube::Client, ns: &str, name: &str, bytes: &[u8]) {

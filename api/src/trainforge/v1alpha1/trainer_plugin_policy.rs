@@ -73,6 +73,12 @@ pub struct TrainerPluginPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grants: Option<PluginGrants>,
 
+    /// How many `TrainerPlugin`s one namespace may have in service (the
+    /// first by name; default 8): each costs compile time and memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 64))]
+    pub max_plugins_per_namespace: Option<i32>,
+
     /// The Pod Security Standards level what a tenant plugin changes in
     /// pods must keep: `Restricted` (default) or `Baseline`. Grants within
     /// `grants` are allowed on top.

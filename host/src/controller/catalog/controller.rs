@@ -277,13 +277,23 @@ async fn reconcile_inner(
 /// pinned to `servingDigest`), loaded again: after a restart, a CR whose
 /// current spec fails keeps serving what it served before.
 async fn restore(name: &str, obj: &ClusterTrainerPlugin, ctx: &Loader) -> Option<Serving> {
-    let status = obj.status.as_ref()?;
+    restore_with(name, obj.status.as_ref()?, ctx, None).await
+}
+
+/// [`restore`] from `status`, as a tenant plugin when `tenancy` is given
+/// (its options decided by the ceiling for the serving spec).
+pub(crate) async fn restore_with(
+    name: &str,
+    status: &trainforge_api::trainforge::v1alpha1::ClusterTrainerPluginStatus,
+    ctx: &Loader,
+    tenancy: Option<Tenancy<'_>>,
+) -> Option<Serving> {
     let (spec, digest, generation) = (
         status.serving_spec.as_ref()?,
         status.serving_digest.as_deref()?,
         status.serving_generation?,
     );
-    let (attempt, serving) = attempt(name, spec, ctx, generation, Some(digest), None).await;
+    let (attempt, serving) = attempt(name, spec, ctx, generation, Some(digest), tenancy).await;
     match (&attempt.failure, serving) {
         (None, Some(s)) => {
             tracing::info!(digest, generation, "last good version restored from status");

@@ -37,7 +37,7 @@ pub mod spec;
 mod state;
 pub mod status;
 
-pub(crate) use controller::{Loader, Tenancy, attempt, rises};
+pub(crate) use controller::{Loader, Tenancy, attempt, restore_with, rises};
 pub use controller::{Options, run, run_with};
 pub(crate) use state::{Attempt, Entry, Serving, Stage};
 pub use state::{PluginCatalog, PluginReport};
@@ -48,9 +48,11 @@ pub const FIELD_MANAGER: &str = "trainforge-plugins";
 /// Errors of the plugin configuration controller.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// An API call (status write, ConfigMap read) failed.
-    #[error("ClusterTrainerPlugin {name}: {action}: {source}")]
+    /// An API call (status write) failed.
+    #[error("{kind} {name}: {action}: {source}")]
     Kube {
+        /// The CR's kind (`ClusterTrainerPlugin`, `TrainerPlugin`).
+        kind: &'static str,
         /// The CR's name.
         name: String,
         /// What was being done.
@@ -60,8 +62,10 @@ pub enum Error {
         source: kube::Error,
     },
     /// Serialising the status patch failed.
-    #[error("ClusterTrainerPlugin {name}: serialising status: {source}")]
+    #[error("{kind} {name}: serialising status: {source}")]
     Serialize {
+        /// The CR's kind.
+        kind: &'static str,
         /// The CR's name.
         name: String,
         /// The cause.

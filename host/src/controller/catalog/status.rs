@@ -131,7 +131,7 @@ pub(crate) async fn write(
 pub(crate) async fn write_to<K>(
     api: &Api<K>,
     name: &str,
-    kind: &str,
+    kind: &'static str,
     current: Option<&ClusterTrainerPluginStatus>,
     status: &ClusterTrainerPluginStatus,
 ) -> Result<bool, Error>
@@ -145,7 +145,7 @@ where
     let patch = json!({
         "apiVersion": API_VERSION,
         "kind": kind,
-        "status": serde_json::to_value(status).map_err(|source| Error::Serialize { name: name.clone(), source })?,
+        "status": serde_json::to_value(status).map_err(|source| Error::Serialize { kind, name: name.clone(), source })?,
     });
     api.patch_status(
         &name,
@@ -154,6 +154,7 @@ where
     )
     .await
     .map_err(|source| Error::Kube {
+        kind,
         name,
         action: "writing status",
         source,

@@ -48,7 +48,12 @@ pub struct Ceiling {
     max: Limits,
     grants: Grants,
     restricted: bool,
+    max_per_namespace: usize,
 }
+
+/// `TrainerPlugin`s a namespace may have in service when the policy does
+/// not say: each one costs compile time and memory.
+pub const DEFAULT_MAX_PER_NAMESPACE: usize = 8;
 
 /// The kinds tenant plugins may emit when the policy does not say.
 fn default_emits() -> BTreeSet<KindRef> {
@@ -78,6 +83,7 @@ impl Ceiling {
             max: *defaults,
             grants: Grants::default(),
             restricted: true,
+            max_per_namespace: DEFAULT_MAX_PER_NAMESPACE,
         };
         let Some(p) = policy else { return c };
         match c.apply(p) {
@@ -119,6 +125,10 @@ impl Ceiling {
         }
         if let Some(g) = &p.grants {
             self.grants = grants(g);
+        }
+        if let Some(n) = p.max_plugins_per_namespace {
+            self.max_per_namespace = usize::try_from(n)
+                .map_err(|_| format!("maxPluginsPerNamespace {n} is not a count"))?;
         }
         self.restricted = p.pod_security.unwrap_or_default() == PodSecurityLevel::Restricted;
         self.closed = "the TrainerPluginPolicy's namespaceSelector is unset".to_owned();
@@ -164,6 +174,22 @@ impl Ceiling {
                 ),
             )),
         }
+    }
+
+    /// Whether the `TrainerPlugin` with `rank` others of its namespace
+    /// sorting before it (by name) may serve: only the first
+    /// `maxPluginsPerNamespace` may.
+    pub fn admit_count(&self, namespace: &str, rank: usize) -> Result<(), Refusal> {
+        if rank < self.max_per_namespace {
+            return Ok(());
+        }
+        Err((
+            reason::EXCEEDS_POLICY,
+            format!(
+                "namespace {namespace} has more TrainerPlugins than the TrainerPluginPolicy's maxPluginsPerNamespace ({}); only the first by name serve",
+                self.max_per_namespace
+            ),
+        ))
     }
 
     /// Check the spec of a `TrainerPlugin` in `namespace` (whose labels are
@@ -539,6 +565,23 @@ mod tests {
         let (r, m) = c.options("a", &labels(&[]), &spec(cm("b"))).unwrap_err();
         assert_eq!(r, reason::FOREIGN_SOURCE);
         assert!(m.contains("\"b\"") && m.contains("\"a\""), "{m}");
+    }
+
+    #[test]
+    fn plugins_per_namespace_are_capped() {
+        let c = Ceiling::new(
+            Some(&policy(
+                serde_json::json!({"namespaceSelector": {}, "maxPluginsPerNamespace": 2}),
+            )),
+            &Limits::default(),
+        );
+        assert!(c.admit_count("a", 0).is_ok() && c.admit_count("a", 1).is_ok());
+        let (r, m) = c.admit_count("a", 2).unwrap_err();
+        assert_eq!(r, reason::EXCEEDS_POLICY);
+        assert!(m.contains("maxPluginsPerNamespace (2)"), "{m}");
+        let d = Ceiling::new(Some(&policy(serde_json::json!({}))), &Limits::default());
+        assert!(d.admit_count("a", DEFAULT_MAX_PER_NAMESPACE - 1).is_ok());
+        assert!(d.admit_count("a", DEFAULT_MAX_PER_NAMESPACE).is_err());
     }
 
     #[test]

@@ -29,7 +29,7 @@ use super::ceiling::Ceiling;
 use super::state::{TenantEntry, TenantPlugins};
 use crate::controller::catalog::fetch::Fetcher;
 use crate::controller::catalog::{
-    Attempt, Entry, Loader, PluginCatalog, Stage, Tenancy, attempt, status,
+    Attempt, Entry, Loader, PluginCatalog, Stage, Tenancy, attempt, restore_with, status,
 };
 use crate::controller::trainjob::events::{Recorder, Reporter};
 
@@ -42,13 +42,11 @@ pub const RETRY_ERROR: std::time::Duration = std::time::Duration::from_secs(5);
 /// Errors of the `TrainerPlugin` controller.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The status could not be written.
-    #[error("TrainerPlugin {namespace}/{name}: {source}")]
+    /// The status could not be written (the source names the object).
+    #[error("namespace {namespace}: {source}")]
     Status {
         /// The object's namespace.
         namespace: String,
-        /// The object's name.
-        name: String,
         /// The cause.
         #[source]
         source: crate::controller::catalog::Error,
@@ -74,6 +72,7 @@ struct Ctx {
     recorder: Recorder,
     tenants: Arc<TenantPlugins>,
     policies: Store<TrainerPluginPolicy>,
+    plugins: Store<TrainerPlugin>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
     status_writes: Option<tokio::sync::watch::Receiver<bool>>,
 }
@@ -95,6 +94,16 @@ impl Ctx {
             .get(&ObjectRef::new(namespace))
             .and_then(|n| n.metadata.labels.clone())
             .unwrap_or_default()
+    }
+
+    /// How many `TrainerPlugin`s of `namespace` sort before `name`.
+    fn rank_in_namespace(&self, namespace: &str, name: &str) -> usize {
+        self.plugins
+            .state()
+            .iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
+            .filter(|p| p.metadata.name.as_deref().is_some_and(|n| n < name))
+            .count()
     }
 
     fn writes_status(&self) -> bool {
@@ -148,7 +157,7 @@ pub async fn run(
         });
     }
     {
-        let tx = changed_tx;
+        let tx = changed_tx.clone();
         // Metadata only: labels are all the ceiling needs.
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
         let stop = shutdown.clone();
@@ -190,6 +199,8 @@ pub async fn run(
     let events = {
         let tenants = tenants.clone();
         let store = store.clone();
+        // A deletion can let a plugin past maxPluginsPerNamespace serve.
+        let deleted = changed_tx.clone();
         reflector(writer, watcher(api, watcher::Config::default().any_semantic()))
             .default_backoff()
             .inspect(move |event| match event {
@@ -198,6 +209,7 @@ pub async fn run(
                     let name = obj.metadata.name.clone().unwrap_or_default();
                     tracing::info!(namespace = %ns, plugin = %name, "TrainerPlugin deleted; taking its plugin out of service");
                     tenants.remove(&ns, &name, obj.metadata.uid.as_deref());
+                    let _ = deleted.send(());
                 }
                 Ok(watcher::Event::InitDone) => {
                     let present = store
@@ -232,6 +244,7 @@ pub async fn run(
         },
         tenants,
         policies,
+        plugins: store.clone(),
         namespaces,
         status_writes: status_writes.clone(),
     });
@@ -278,16 +291,30 @@ async fn reconcile(obj: Arc<TrainerPlugin>, ctx: Arc<Ctx>) -> Result<Action, Err
         .await
 }
 
-/// An attempt refused before anything was fetched.
-fn refused_before_fetch(generation: i64, r: &str, m: String) -> Attempt {
-    Attempt {
-        generation,
-        stages: [
-            Stage::not_reached(),
-            Stage::not_reached(),
-            Stage::not_reached(),
-        ],
-        failure: Some((r.to_owned(), m)),
+/// An entry refused before anything was fetched (out of service).
+fn refused(
+    uid: &str,
+    generation: i64,
+    selector: Option<Selector>,
+    r: &str,
+    m: String,
+) -> TenantEntry {
+    TenantEntry {
+        entry: Entry {
+            uid: uid.to_owned(),
+            attempt: Some(Attempt {
+                generation,
+                stages: [
+                    Stage::not_reached(),
+                    Stage::not_reached(),
+                    Stage::not_reached(),
+                ],
+                failure: Some((r.to_owned(), m)),
+            }),
+            serving: None,
+        },
+        selector,
+        options: None,
     }
 }
 
@@ -299,9 +326,21 @@ async fn reconcile_inner(
     generation: i64,
 ) -> Result<Action, Error> {
     let uid = obj.metadata.uid.clone().unwrap_or_default();
+    let entry = decide(&obj, &ctx, &ns, &name, &uid, generation).await;
+    finish(&ctx, &obj, &ns, &name, entry).await
+}
+
+/// What `obj` serves now: refused by the ceiling, kept, or loaded anew.
+async fn decide(
+    obj: &TrainerPlugin,
+    ctx: &Ctx,
+    ns: &str,
+    name: &str,
+    uid: &str,
+    generation: i64,
+) -> TenantEntry {
     let ceiling = ctx.ceiling();
-    let labels = ctx.labels(&ns);
-    let previous = ctx.tenants.entry(&ns, &name, &uid);
+    let previous = ctx.tenants.entry(ns, name, uid);
     let selector = match obj
         .spec
         .selector
@@ -311,51 +350,18 @@ async fn reconcile_inner(
     {
         Ok(s) => s,
         Err(e) => {
-            let a = refused_before_fetch(
-                generation,
-                reason::INVALID_SPEC,
-                format!("spec.selector: {e}"),
-            );
-            return finish(
-                &ctx,
-                &obj,
-                &ns,
-                &name,
-                TenantEntry {
-                    entry: Entry {
-                        uid,
-                        attempt: Some(a),
-                        serving: None,
-                    },
-                    selector: None,
-                    options: None,
-                },
-            )
-            .await;
+            let m = format!("spec.selector: {e}");
+            return refused(uid, generation, None, reason::INVALID_SPEC, m);
         }
     };
-    let options = match ceiling.options(&ns, &labels, &obj.spec.plugin) {
+    // Out of service at once when the ceiling does not allow it.
+    let rank = ctx.rank_in_namespace(ns, name);
+    if let Err((r, m)) = ceiling.admit_count(ns, rank) {
+        return refused(uid, generation, selector, r, m);
+    }
+    let options = match ceiling.options(ns, &ctx.labels(ns), &obj.spec.plugin) {
         Ok(o) => o,
-        Err((r, m)) => {
-            // Out of service at once: the ceiling does not allow it.
-            let a = refused_before_fetch(generation, r, m);
-            return finish(
-                &ctx,
-                &obj,
-                &ns,
-                &name,
-                TenantEntry {
-                    entry: Entry {
-                        uid,
-                        attempt: Some(a),
-                        serving: None,
-                    },
-                    selector,
-                    options: None,
-                },
-            )
-            .await;
-        }
+        Err((r, m)) => return refused(uid, generation, selector, r, m),
     };
     let check = |p: &crate::plugin::LoadedPlugin| ceiling.check_plugin(p);
     // Serving this generation with these options: nothing to load, but
@@ -366,30 +372,20 @@ async fn reconcile_inner(
         && a.failure.is_none()
         && prev.options.as_ref() == Some(&options)
     {
-        let entry = match check(&s.plugin) {
+        return match check(&s.plugin) {
             Ok(()) => TenantEntry {
                 selector,
                 ..prev.clone()
             },
-            Err((r, m)) => TenantEntry {
-                entry: Entry {
-                    uid,
-                    attempt: Some(refused_before_fetch(
-                        generation,
-                        r,
-                        format!("plugin {}: {m}", s.plugin.name()),
-                    )),
-                    serving: None,
-                },
-                selector,
-                options: Some(options),
-            },
+            Err((r, m)) => {
+                let m = format!("plugin {}: {m}", s.plugin.name());
+                refused(uid, generation, selector, r, m)
+            }
         };
-        return finish(&ctx, &obj, &ns, &name, entry).await;
     }
     let label = format!("{ns}/{name}");
     let tenancy = Tenancy {
-        namespace: &ns,
+        namespace: ns,
         options: options.clone(),
         check: &check,
     };
@@ -406,22 +402,48 @@ async fn reconcile_inner(
         (None, c) => c,
         (Some((r, _)), _) if is_policy_refusal(r) => None,
         // The last good version keeps serving if it was loaded under the
-        // same options (a tightened ceiling never keeps an old version).
-        (Some(_), _) => previous
-            .as_ref()
-            .filter(|p| p.options.as_ref() == Some(&options))
-            .and_then(|p| p.entry.serving.clone()),
+        // same options (a tightened ceiling never keeps an old version);
+        // after a restart it is brought back from the status, under
+        // today's ceiling.
+        (Some(_), _) => match previous.as_ref().and_then(|p| p.entry.serving.clone()) {
+            Some(s) => previous
+                .as_ref()
+                .filter(|p| p.options.as_ref() == Some(&options))
+                .map(|_| s),
+            None => restore(obj, ctx, ns, &label, &ceiling).await,
+        },
     };
-    let entry = TenantEntry {
+    TenantEntry {
         entry: Entry {
-            uid,
+            uid: uid.to_owned(),
             attempt: Some(a),
             serving,
         },
         selector,
         options: Some(options),
+    }
+}
+
+/// The last good version recorded in `obj`'s status, loaded again (pinned
+/// to its digest) if the ceiling allows it today.
+async fn restore(
+    obj: &TrainerPlugin,
+    ctx: &Ctx,
+    ns: &str,
+    label: &str,
+    ceiling: &Ceiling,
+) -> Option<crate::controller::catalog::Serving> {
+    let status = obj.status.as_ref()?;
+    let options = ceiling
+        .options(ns, &ctx.labels(ns), status.serving_spec.as_ref()?)
+        .ok()?;
+    let check = |p: &crate::plugin::LoadedPlugin| ceiling.check_plugin(p);
+    let tenancy = Tenancy {
+        namespace: ns,
+        options,
+        check: &check,
     };
-    finish(&ctx, &obj, &ns, &name, entry).await
+    restore_with(label, status, &ctx.loader, Some(tenancy)).await
 }
 
 /// An Event on the `TrainerPlugin` when what it serves or why it fails
@@ -508,7 +530,6 @@ async fn finish(
         .await
         .map_err(|source| Error::Status {
             namespace: ns.to_owned(),
-            name: name.to_owned(),
             source,
         })?;
         if wrote {

@@ -6,7 +6,7 @@
 //!   tenant plugin may ask for (namespaces, sources, phases, kinds, limits,
 //!   grants, pod security level); a `TrainerPlugin` asking for more is
 //!   refused with `WithinPolicy=False` naming what.
-//! - [`controller`]: loads each `TrainerPlugin` as the ceiling allows (the
+//! - the controller: loads each `TrainerPlugin` as the ceiling allows (the
 //!   same fetch → verify → compile stages as a `ClusterTrainerPlugin`) and
 //!   writes its status; a tightened ceiling takes plugins that no longer fit
 //!   out of service.

@@ -363,3 +363,131 @@ fn clash_message(a: &Serving, b: &Serving) -> Option<String> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use crate::controller::catalog::fetch::find_builtin;
+    use crate::controller::catalog::{Attempt, Serving};
+    use crate::plugin::{PluginRuntime, RuntimeConfig};
+    use trainforge_api::trainforge::v1alpha1::{ClusterTrainerPluginSpec, reason};
+
+    /// A builtin as the serving version of a `TrainerPlugin` (a build
+    /// without embedded builtins fails here rather than passing vacuously).
+    fn entry(
+        rt: &PluginRuntime,
+        builtin: &str,
+        uid: &str,
+        order: i32,
+        selector: Option<Selector>,
+    ) -> TenantEntry {
+        let b = find_builtin(builtin).unwrap_or_else(|| panic!("builtin {builtin} not embedded"));
+        let p = rt.load(b.trusted_source()).unwrap();
+        TenantEntry {
+            entry: Entry {
+                uid: uid.into(),
+                attempt: Some(Attempt::succeeded(1, Vec::new())),
+                serving: Some(Serving::new(
+                    p,
+                    ClusterTrainerPluginSpec::default(),
+                    1,
+                    order,
+                    None,
+                )),
+            },
+            selector,
+            options: None,
+        }
+    }
+
+    fn names(set: &PluginSet) -> Vec<&str> {
+        set.plugins().iter().map(LoadedPlugin::name).collect()
+    }
+
+    #[test]
+    fn a_trainjob_gets_its_namespaces_matching_plugins_after_the_clusters() {
+        let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
+        let cluster = Arc::new(
+            PluginSet::new(vec![
+                rt.load(find_builtin("plainml").unwrap().trusted_source())
+                    .unwrap(),
+            ])
+            .unwrap(),
+        );
+        let t = TenantPlugins::new(1);
+        let gen0 = *t.subscribe().borrow();
+        let only_gpu: Selector = [("gpu", "yes")].into_iter().collect();
+        t.commit("a", "z-late", entry(&rt, "jax", "u1", 0, None));
+        t.commit("a", "b-first", entry(&rt, "xgboost", "u2", 0, None));
+        t.commit("a", "gpu", entry(&rt, "mpi", "u3", -5, Some(only_gpu)));
+        t.commit("b", "other", entry(&rt, "torch", "u4", 0, None));
+        assert!(
+            *t.subscribe().borrow() > gen0,
+            "commits bump the generation"
+        );
+
+        let none = BTreeMap::new();
+        let c = t.compose(cluster.clone(), "a", &none).unwrap();
+        // Cluster first; tenants by (order, name); the selector left one out.
+        assert_eq!(names(&c.set), ["plainml", "xgboost", "jax"]);
+        let tenants: Vec<&str> = c.tenants.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(tenants, ["b-first", "z-late"]);
+        let gpu = BTreeMap::from([("gpu".to_owned(), "yes".to_owned())]);
+        assert_eq!(
+            names(&t.compose(cluster.clone(), "a", &gpu).unwrap().set),
+            ["plainml", "mpi", "xgboost", "jax"]
+        );
+        // Another namespace: its own plugins only; none: the cluster's set itself.
+        assert_eq!(
+            names(&t.compose(cluster.clone(), "b", &none).unwrap().set),
+            ["plainml", "torch"]
+        );
+        let c = t.compose(cluster.clone(), "c", &none).unwrap();
+        assert!(Arc::ptr_eq(&c.set, &cluster) && c.tenants.is_empty());
+
+        // A second plugin of the same name in a namespace is refused there;
+        // the same name in another namespace is fine.
+        let e = t.commit("a", "twin", entry(&rt, "jax", "u5", 0, None));
+        assert!(e.entry.serving.is_none());
+        assert_eq!(
+            e.entry.attempt.unwrap().failure.unwrap().0,
+            reason::DUPLICATE_NAME
+        );
+        let e = t.commit("b", "jax-too", entry(&rt, "jax", "u6", 0, None));
+        assert!(e.entry.serving.is_some());
+
+        // A clash with the cluster's plugins fails only that namespace.
+        t.commit("b", "shadow", entry(&rt, "plainml", "u7", 0, None));
+        let err = t.compose(cluster.clone(), "b", &none).unwrap_err();
+        assert!(err.to_string().contains("TrainerPlugin b/shadow"), "{err}");
+        assert!(t.compose(cluster.clone(), "a", &none).is_ok());
+
+        // Deleting takes a plugin out; a late commit of it does not return.
+        t.remove("a", "z-late", Some("u1"));
+        assert_eq!(
+            names(&t.compose(cluster.clone(), "a", &none).unwrap().set),
+            ["plainml", "xgboost"]
+        );
+        t.commit("a", "z-late", entry(&rt, "jax", "u1", 0, None));
+        assert_eq!(
+            names(&t.compose(cluster, "a", &none).unwrap().set),
+            ["plainml", "xgboost"]
+        );
+    }
+
+    #[test]
+    fn permits_are_per_namespace() {
+        let t = TenantPlugins::new(1);
+        let held = t.permit("a").unwrap();
+        assert!(t.permit("a").is_none(), "a's only permit is held");
+        let other = t.permit("b");
+        assert!(other.is_some(), "b is not held back by a");
+        drop(held);
+        assert!(t.permit("a").is_some());
+        let two = TenantPlugins::new(2);
+        let (_x, _y) = (two.permit("a").unwrap(), two.permit("a").unwrap());
+        assert!(two.permit("a").is_none());
+    }
+}
