@@ -30,7 +30,9 @@
 //!    tenant B's plugin spins to its time limit on every call, against the
 //!    same without it;
 //! 7. a TrainerPlugin whose new spec fails keeps its last good version
-//!    serving, also after the operator restarts.
+//!    serving, also after the operator restarts;
+//! 8. an https plugin source pointing at the metadata address or loopback
+//!    is refused (`AddressNotAllowed`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod operator_common;
@@ -838,5 +840,29 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
         .await
         .unwrap();
     assert_eq!(o["status"]["servingDigest"], digest);
+
+    step("8 an https source cannot reach the cluster's network or the metadata address");
+    for (name, url) in [
+        (
+            "metadata-probe",
+            "https://169.254.169.254/latest/meta-data/plugin.wasm",
+        ),
+        ("apiserver-probe", "https://127.0.0.1:6443/plugin.wasm"),
+    ] {
+        apply(
+            &fx.client,
+            &json!({"apiVersion": TF, "kind": "ClusterTrainerPlugin", "metadata": {"name": name},
+                "spec": {"source": {"url": url}, "sha256": "0".repeat(64)}}),
+        )
+        .await;
+        let o = eventually(&format!("{name} refused"), TIMEOUT, || async {
+            let o = get(&fx.client, TF, "ClusterTrainerPlugin", None, name).await?;
+            (condition(&o, "Fetched")?["status"] == "False").then_some(o)
+        })
+        .await;
+        let (_, reason, message) = cond(&o, "Fetched");
+        assert_eq!(reason, "AddressNotAllowed", "{message}");
+        delete(&fx.client, TF, "ClusterTrainerPlugin", None, name).await;
+    }
     fx.op.wait_ready().await;
 }

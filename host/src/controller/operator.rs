@@ -78,6 +78,16 @@ pub struct OperatorArgs {
     /// Memory the compiler of one plugin component may use (MiB).
     #[arg(long, default_value_t = 1024)]
     pub plugin_compile_memory_mib: u64,
+    /// A network (CIDR) `https://` plugin sources may reach although it is
+    /// loopback, link-local, private or otherwise special (repeatable; e.g.
+    /// an in-cluster file server's Service network). Public addresses are
+    /// always allowed.
+    #[arg(long = "plugin-fetch-allow-cidr", value_name = "CIDR")]
+    pub plugin_fetch_allow_cidrs: Vec<ipnet::IpNet>,
+    /// CA certificates (PEM) trusted for `https://` plugin sources besides
+    /// the system's.
+    #[arg(long)]
+    pub plugin_fetch_ca_file: Option<PathBuf>,
     /// TrainJobs of one namespace reconciled at once when tenant plugins
     /// (`TrainerPlugin`s) apply to them: a namespace with slow plugins
     /// never holds more reconcile workers than this.
@@ -226,63 +236,67 @@ pub async fn run(
         })
     };
     let objects = Arc::new(ObjectCache::new(client.clone(), trigger_tx));
-    let (plugins, generations, catalog_task, tenants): (Arc<dyn Plugins>, _, _, _) =
-        if args.builtin_plugins {
-            let set = builtin_set(&runtime, objects.clone())?;
-            let fixed = FixedPlugins(Arc::new(set));
-            // The set never changes: the check is decided once.
-            ready_plugins.set(readiness_of(Plugins::not_serving(&fixed, &fixed.current())));
-            (Arc::new(fixed) as Arc<dyn Plugins>, None, None, None)
-        } else {
-            let catalog = Arc::new(PluginCatalog::new(runtime.clone(), objects.clone()));
-            let task = tokio::spawn(super::catalog::run_with(
+    let (plugins, generations, catalog_task, tenants): (Arc<dyn Plugins>, _, _, _) = if args
+        .builtin_plugins
+    {
+        let set = builtin_set(&runtime, objects.clone())?;
+        let fixed = FixedPlugins(Arc::new(set));
+        // The set never changes: the check is decided once.
+        ready_plugins.set(readiness_of(Plugins::not_serving(&fixed, &fixed.current())));
+        (Arc::new(fixed) as Arc<dyn Plugins>, None, None, None)
+    } else {
+        let fetch = fetch_options(&args)?;
+        let catalog = Arc::new(PluginCatalog::new(runtime.clone(), objects.clone()));
+        let task = tokio::spawn(super::catalog::run_with(
+            client.clone(),
+            catalog.clone(),
+            shutdown.clone(),
+            super::catalog::Options {
+                status_writes: Some(leader.subscribe()),
+                fetch: fetch.clone(),
+                ..Default::default()
+            },
+        ));
+        tokio::spawn(follow_plugins(
+            catalog.clone(),
+            ready_plugins.clone(),
+            shutdown.clone(),
+        ));
+        let mut generations = catalog.subscribe();
+        while !catalog.is_synced() {
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                _ = generations.changed() => {},
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {},
+            }
+        }
+        // Tenant plugins load beside the cluster's; TrainJobs never wait
+        // for them.
+        let tenants = Arc::new(TenantPlugins::new(usize::from(args.tenant_concurrency)));
+        {
+            let (client, catalog, tenants, shutdown, writes) = (
                 client.clone(),
                 catalog.clone(),
+                tenants.clone(),
                 shutdown.clone(),
-                super::catalog::Options {
-                    status_writes: Some(leader.subscribe()),
-                    ..Default::default()
-                },
-            ));
-            tokio::spawn(follow_plugins(
-                catalog.clone(),
-                ready_plugins.clone(),
-                shutdown.clone(),
-            ));
-            let mut generations = catalog.subscribe();
-            while !catalog.is_synced() {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return Ok(()),
-                    _ = generations.changed() => {},
-                    _ = tokio::time::sleep(Duration::from_millis(200)) => {},
+                leader.subscribe(),
+            );
+            let fetch = fetch.clone();
+            tokio::spawn(async move {
+                let run =
+                    super::tenants::run(client, catalog, tenants, shutdown, Some(writes), &fetch);
+                if let Err(e) = run.await {
+                    error!(error = %e, "TrainerPlugin controller stopped");
                 }
-            }
-            // Tenant plugins load beside the cluster's; TrainJobs never wait
-            // for them.
-            let tenants = Arc::new(TenantPlugins::new(usize::from(args.tenant_concurrency)));
-            {
-                let (client, catalog, tenants, shutdown, writes) = (
-                    client.clone(),
-                    catalog.clone(),
-                    tenants.clone(),
-                    shutdown.clone(),
-                    leader.subscribe(),
-                );
-                tokio::spawn(async move {
-                    if let Err(e) =
-                        super::tenants::run(client, catalog, tenants, shutdown, Some(writes)).await
-                    {
-                        error!(error = %e, "TrainerPlugin controller stopped");
-                    }
-                });
-            }
-            (
-                catalog.clone() as Arc<dyn Plugins>,
-                Some((catalog, generations)),
-                Some(task),
-                Some(tenants),
-            )
-        };
+            });
+        }
+        (
+            catalog.clone() as Arc<dyn Plugins>,
+            Some((catalog, generations)),
+            Some(task),
+            Some(tenants),
+        )
+    };
 
     // Watches follow the plugin set: what each plugin may emit, read or
     // watch (after the administrator's narrowing), never more.
@@ -437,6 +451,22 @@ pub async fn run(
     }
     info!("operator stopped");
     Ok(())
+}
+
+/// How https plugin sources are fetched, from the flags.
+fn fetch_options(
+    args: &OperatorArgs,
+) -> Result<super::catalog::fetch::FetchOptions, OperatorError> {
+    let extra_roots_pem = match &args.plugin_fetch_ca_file {
+        None => None,
+        Some(path) => Some(std::fs::read(path).map_err(|e| {
+            OperatorError::Startup(format!("--plugin-fetch-ca-file {}: {e}", path.display()))
+        })?),
+    };
+    Ok(super::catalog::fetch::FetchOptions {
+        allowed_networks: args.plugin_fetch_allow_cidrs.clone(),
+        extra_roots_pem,
+    })
 }
 
 /// The builtin plugins, trusted with the capabilities they declare, reading

@@ -108,6 +108,10 @@ pub mod reason {
     pub const TOO_LARGE: &str = "TooLarge";
     /// `Fetched=False`: the API server, file system or network failed.
     pub const FETCH_ERROR: &str = "FetchError";
+    /// `Fetched=False`: an https source (or a redirect) leads to an address
+    /// plugin sources may not reach (loopback, link-local, private, ...),
+    /// loops, or leaves https.
+    pub const ADDRESS_NOT_ALLOWED: &str = "AddressNotAllowed";
     /// `Verified=True`: the bytes match `spec.sha256`.
     pub const DIGEST_MATCHED: &str = "DigestMatched";
     /// `Verified=True`: a builtin with no pinned digest (trusted).

@@ -42,6 +42,8 @@ pub struct Options {
     /// leader reports on them. When this turns `true`, every object is
     /// reconciled again so the new leader writes what the old one did not.
     pub status_writes: Option<tokio::sync::watch::Receiver<bool>>,
+    /// How `https://` sources are fetched (reachable networks, extra CAs).
+    pub fetch: super::fetch::FetchOptions,
 }
 
 /// What loading a plugin version needs: the client (discovery, access
@@ -103,9 +105,10 @@ pub async fn run_with(
     if let Some(sel) = &opts.label_selector {
         wc = wc.labels(sel);
     }
-    let fetcher = Fetcher::new(
+    let fetcher = Fetcher::with_options(
         client.clone(),
         catalog.runtime().config().max_component_bytes,
+        &opts.fetch,
     )?;
     let (store, writer) = reflector::store::<ClusterTrainerPlugin>();
 

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use trainforge_api::trainforge::v1alpha1::{ConfigMapSource, PluginSourceSpec, reason};
 
+use super::netguard::{NetGuard, Refused};
 use crate::plugin::{FileError, builtin};
 
 /// Timeout of one HTTPS download (connect + body).
@@ -43,6 +44,10 @@ pub enum FetchError {
     /// The spec names no source (the CRD's rules prevent this).
     #[error("spec.source names no component")]
     NoSource,
+    /// An https source (or a redirect) leads to an address plugin sources
+    /// may not reach, loops or leaves https.
+    #[error("{0}")]
+    AddressNotAllowed(String),
 }
 
 impl FetchError {
@@ -53,6 +58,7 @@ impl FetchError {
             FetchError::NotFound(_) => reason::NOT_FOUND,
             FetchError::TooLarge { .. } => reason::TOO_LARGE,
             FetchError::Failed(_) | FetchError::NoSource => reason::FETCH_ERROR,
+            FetchError::AddressNotAllowed(_) => reason::ADDRESS_NOT_ALLOWED,
         }
     }
 }
@@ -82,7 +88,41 @@ impl std::fmt::Debug for Fetched {
 pub struct Fetcher {
     client: kube::Client,
     http: reqwest::Client,
+    guard: NetGuard,
     max_bytes: usize,
+}
+
+/// How `https://` sources are fetched.
+#[derive(Debug, Clone, Default)]
+pub struct FetchOptions {
+    /// Networks https sources may reach although they are loopback,
+    /// link-local, private or otherwise special (see [`super::netguard`]).
+    pub allowed_networks: Vec<ipnet::IpNet>,
+    /// Extra CA certificates (PEM) trusted besides the system's.
+    pub extra_roots_pem: Option<Vec<u8>>,
+}
+
+/// A failed https request as a [`FetchError`]: a refusal of the address
+/// guard or a redirect rule is `AddressNotAllowed`; anything else names
+/// every cause (a certificate error is only visible in the chain).
+fn classify(url: &str, e: &reqwest::Error) -> FetchError {
+    let mut chain = Vec::new();
+    let mut refused = None;
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(r) = err.downcast_ref::<Refused>() {
+            refused = Some(r.0.clone());
+        }
+        let text = err.to_string();
+        if !chain.iter().any(|c: &String| c.contains(&text)) {
+            chain.push(text);
+        }
+        cur = err.source();
+    }
+    match refused {
+        Some(r) => FetchError::AddressNotAllowed(format!("GET {url}: {r}")),
+        None => FetchError::Failed(format!("GET {url}: {}", chain.join(": "))),
+    }
 }
 
 /// Install rustls' ring provider as the process default (once; a provider
@@ -103,19 +143,38 @@ pub fn find_builtin(name: &str) -> Option<&'static builtin::BuiltinPlugin> {
 
 impl Fetcher {
     /// A fetcher reading ConfigMaps through `client` and refusing components
-    /// larger than `max_bytes`.
+    /// larger than `max_bytes`; https sources reach public addresses only.
     pub fn new(client: kube::Client, max_bytes: usize) -> Result<Self, super::Error> {
+        Self::with_options(client, max_bytes, &FetchOptions::default())
+    }
+
+    /// [`Fetcher::new`] with `opts` for https sources.
+    pub fn with_options(
+        client: kube::Client,
+        max_bytes: usize,
+        opts: &FetchOptions,
+    ) -> Result<Self, super::Error> {
         install_crypto_provider();
-        let http = reqwest::Client::builder()
+        let guard = NetGuard::new(opts.allowed_networks.clone());
+        let mut builder = reqwest::Client::builder()
             .https_only(true)
             .timeout(HTTP_TIMEOUT)
             .connect_timeout(Duration::from_secs(5))
-            .redirect(reqwest::redirect::Policy::limited(5))
+            .redirect(guard.redirect_policy())
+            .dns_resolver(guard.clone())
+            .no_proxy();
+        if let Some(pem) = &opts.extra_roots_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| super::Error::HttpClient(format!("CA bundle: {e}")))?;
+            builder = builder.tls_certs_merge(certs);
+        }
+        let http = builder
             .build()
             .map_err(|e| super::Error::HttpClient(e.to_string()))?;
         Ok(Fetcher {
             client,
             http,
+            guard,
             max_bytes,
         })
     }
@@ -210,8 +269,13 @@ impl Fetcher {
     }
 
     async fn https(&self, url: &str) -> Result<Fetched, FetchError> {
-        let failed = |e: reqwest::Error| FetchError::Failed(format!("GET {url}: {e}"));
-        let mut resp = self.http.get(url).send().await.map_err(failed)?;
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| FetchError::Failed(format!("{url:?} is not a URL: {e}")))?;
+        self.guard
+            .check_url(&parsed)
+            .map_err(|e| FetchError::AddressNotAllowed(format!("GET {url}: {e}")))?;
+        let failed = |e: reqwest::Error| classify(url, &e);
+        let mut resp = self.http.get(parsed).send().await.map_err(failed)?;
         let status = resp.status();
         if status == reqwest::StatusCode::NOT_FOUND {
             return Err(FetchError::NotFound(format!("GET {url}: {status}")));

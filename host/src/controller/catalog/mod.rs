@@ -33,6 +33,7 @@
 mod controller;
 pub mod fetch;
 mod kinds;
+pub mod netguard;
 pub mod spec;
 mod state;
 pub mod status;

@@ -27,7 +27,7 @@ use trainforge_api::trainforge::v1alpha1::{
 
 use super::ceiling::Ceiling;
 use super::state::{TenantEntry, TenantPlugins};
-use crate::controller::catalog::fetch::Fetcher;
+use crate::controller::catalog::fetch::{FetchOptions, Fetcher};
 use crate::controller::catalog::{
     Attempt, Entry, Loader, PluginCatalog, Stage, Tenancy, attempt, restore_with, status,
 };
@@ -113,17 +113,19 @@ impl Ctx {
 
 /// Run the controller until `shutdown`. `status_writes` as for the
 /// `ClusterTrainerPlugin` controller: every replica loads, only the leader
-/// writes statuses.
+/// writes statuses; `fetch` as for cluster plugins.
 pub async fn run(
     client: kube::Client,
     catalog: Arc<PluginCatalog>,
     tenants: Arc<TenantPlugins>,
     shutdown: CancellationToken,
     status_writes: Option<tokio::sync::watch::Receiver<bool>>,
+    fetch: &FetchOptions,
 ) -> Result<(), Error> {
-    let fetcher = Fetcher::new(
+    let fetcher = Fetcher::with_options(
         client.clone(),
         catalog.runtime().config().max_component_bytes,
+        fetch,
     )
     .map_err(Error::Fetcher)?;
 
