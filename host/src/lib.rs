@@ -6,7 +6,9 @@
 //! - [`pipeline`]: the pure TrainJob + runtime → objects pipeline.
 //! - [`render`]: `trainforge render`, the pipeline without a cluster.
 //! - [`cli`]: the `trainforge` command line.
-//! - [`admission`]: the admission webhooks (certificates, HTTPS listener).
+//! - [`controller`]: the operator — TrainJob controller, cluster and tenant
+//!   plugin controllers, webhooks' listener and certificates, metrics,
+//!   health, leader election.
 
 pub mod admission;
 pub mod cli;

@@ -196,6 +196,17 @@ pub async fn run(
         });
     }
 
+    // No TrainerPlugin is judged before the ceiling and the namespaces'
+    // labels are known: a restart must not take plugins out of service
+    // because the policy had not been read yet.
+    tokio::select! {
+        _ = shutdown.cancelled() => return Ok(()),
+        ready = async { tokio::try_join!(policies.wait_until_ready(), namespaces.wait_until_ready()) } => {
+            if ready.is_err() {
+                return Ok(());
+            }
+        }
+    }
     let api: Api<TrainerPlugin> = Api::all(client.clone());
     let (store, writer) = reflector::store::<TrainerPlugin>();
     let events = {
@@ -214,17 +225,18 @@ pub async fn run(
                     let _ = deleted.send(());
                 }
                 Ok(watcher::Event::InitDone) => {
-                    let present = store
-                        .state()
+                    let state = store.state();
+                    let ns = |o: &TrainerPlugin| o.metadata.namespace.clone().unwrap_or_default();
+                    let present = state
                         .iter()
-                        .map(|o| {
-                            (
-                                o.metadata.namespace.clone().unwrap_or_default(),
-                                o.metadata.name.clone().unwrap_or_default(),
-                            )
-                        })
+                        .map(|o| (ns(o), o.metadata.name.clone().unwrap_or_default()))
                         .collect();
                     tenants.retain(&present);
+                    tenants.set_initial(
+                        state
+                            .iter()
+                            .map(|o| (ns(o), o.metadata.uid.clone().unwrap_or_default())),
+                    );
                 }
                 _ => {}
             })

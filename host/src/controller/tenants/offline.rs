@@ -139,6 +139,7 @@ pub fn load(
 /// refuses it, and logged).
 pub fn store(tenants: &[OfflineTenant]) -> TenantPlugins {
     let store = TenantPlugins::new(1);
+    store.set_initial([]);
     for t in tenants {
         let e = store.commit(&t.namespace, &t.name, t.entry.clone());
         if let Some((reason, message)) = e.entry.attempt.and_then(|a| a.failure) {

@@ -26,9 +26,22 @@ use trainforge_api::plugin::{KindRef, Phase};
 use crate::controller::catalog::{Entry, Serving};
 use crate::plugin::{LoadedPlugin, PluginSet};
 
+/// How long after start TrainJobs wait, at most, for the first list of
+/// `TrainerPlugin`s (it never comes when the CRD is not installed or the
+/// operator may not list them; TrainJobs then go on without tenant plugins).
+pub const FIRST_LIST_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Why a TrainJob's plugin set could not be put together.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ComposeError {
+    /// The namespace's tenant plugins are not all loaded (or refused) yet,
+    /// after a start: building without them would build something else.
+    /// Not a failure: the TrainJob comes back shortly.
+    #[error("the tenant plugins of namespace {namespace} are still loading")]
+    NotLoaded {
+        /// The namespace.
+        namespace: String,
+    },
     /// A tenant plugin clashes with a plugin already in the set (same
     /// plugin name, or a second `status` plugin).
     #[error("TrainerPlugin {namespace}/{name}: {message}")]
@@ -59,6 +72,11 @@ struct State {
     namespaces: BTreeMap<String, BTreeMap<String, TenantEntry>>,
     /// UIDs of deleted `TrainerPlugin`s (a late commit must not revive one).
     deleted: BTreeSet<String>,
+    /// Whether the first list of `TrainerPlugin`s was read.
+    listed: bool,
+    /// UIDs of the first list not attempted yet, by namespace: those
+    /// namespaces' TrainJobs wait for them.
+    pending: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// Tenant plugins in service, and per-namespace reconcile permits.
@@ -67,6 +85,7 @@ pub struct TenantPlugins {
     generation: watch::Sender<u64>,
     permits: Mutex<BTreeMap<String, Arc<Semaphore>>>,
     per_namespace: usize,
+    started: std::time::Instant,
 }
 
 impl std::fmt::Debug for TenantPlugins {
@@ -108,6 +127,44 @@ impl TenantPlugins {
             generation,
             permits: Mutex::new(BTreeMap::new()),
             per_namespace: per_namespace.max(1),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// The first list of `TrainerPlugin`s, as `(namespace, uid)`: until
+    /// each is attempted, its namespace's TrainJobs wait (later lists
+    /// change nothing).
+    pub(crate) fn set_initial(&self, present: impl IntoIterator<Item = (String, String)>) {
+        let mut state = self.lock();
+        if state.listed {
+            return;
+        }
+        state.listed = true;
+        for (ns, uid) in present {
+            let attempted = state
+                .namespaces
+                .get(&ns)
+                .is_some_and(|m| m.values().any(|e| e.entry.uid == uid));
+            if !attempted && !state.deleted.contains(&uid) {
+                state.pending.entry(ns).or_default().insert(uid);
+            }
+        }
+    }
+
+    /// Whether `namespace`'s tenant plugins are all attempted since start.
+    fn loaded(&self, state: &State, namespace: &str) -> bool {
+        if !state.listed {
+            return self.started.elapsed() >= FIRST_LIST_GRACE;
+        }
+        !state.pending.contains_key(namespace)
+    }
+
+    fn settle(state: &mut State, namespace: &str, uid: &str) {
+        if let Some(p) = state.pending.get_mut(namespace) {
+            p.remove(uid);
+            if p.is_empty() {
+                state.pending.remove(namespace);
+            }
         }
     }
 
@@ -141,6 +198,7 @@ impl TenantPlugins {
     /// `TrainerPlugin` name keeping its place. Returns the entry recorded.
     pub(crate) fn commit(&self, namespace: &str, name: &str, mut e: TenantEntry) -> TenantEntry {
         let mut state = self.lock();
+        Self::settle(&mut state, namespace, &e.entry.uid);
         if state.deleted.contains(&e.entry.uid) {
             e.entry.serving = None;
             return e;
@@ -199,6 +257,7 @@ impl TenantPlugins {
         let mut state = self.lock();
         if let Some(uid) = uid {
             state.deleted.insert(uid.to_owned());
+            Self::settle(&mut state, namespace, uid);
         }
         let Some(m) = state.namespaces.get_mut(namespace) else {
             return;
@@ -210,6 +269,7 @@ impl TenantPlugins {
             if m.is_empty() {
                 state.namespaces.remove(namespace);
             }
+            Self::settle(&mut state, namespace, &e.entry.uid);
             state.deleted.insert(e.entry.uid);
             if e.entry.serving.is_some() {
                 self.generation.send_modify(|g| *g += 1);
@@ -253,6 +313,11 @@ impl TenantPlugins {
     ) -> Result<Composed, ComposeError> {
         let mut tenants: Vec<(i32, String, LoadedPlugin, String)> = {
             let state = self.lock();
+            if !self.loaded(&state, namespace) {
+                return Err(ComposeError::NotLoaded {
+                    namespace: namespace.to_owned(),
+                });
+            }
             let Some(m) = state.namespaces.get(namespace) else {
                 return Ok(Composed {
                     set: cluster,
@@ -418,6 +483,25 @@ mod tests {
         );
         let t = TenantPlugins::new(1);
         let gen0 = *t.subscribe().borrow();
+        let none = BTreeMap::new();
+        // Before the first list, TrainJobs wait; then only namespaces whose
+        // plugins are not attempted yet do.
+        assert!(matches!(
+            t.compose(cluster.clone(), "a", &none),
+            Err(ComposeError::NotLoaded { .. })
+        ));
+        t.set_initial([
+            ("a".to_owned(), "u1".to_owned()),
+            ("b".to_owned(), "u4".to_owned()),
+        ]);
+        assert!(
+            t.compose(cluster.clone(), "c", &none).is_ok(),
+            "no plugin in c"
+        );
+        assert!(
+            t.compose(cluster.clone(), "a", &none).is_err(),
+            "u1 not attempted"
+        );
         let only_gpu: Selector = [("gpu", "yes")].into_iter().collect();
         t.commit("a", "z-late", entry(&rt, "jax", "u1", 0, None));
         t.commit("a", "b-first", entry(&rt, "xgboost", "u2", 0, None));

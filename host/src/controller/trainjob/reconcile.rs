@@ -395,7 +395,8 @@ enum TenantSet {
         Result<Vec<TenantRef>, crate::controller::tenants::ComposeError>,
         Option<tokio::sync::OwnedSemaphorePermit>,
     ),
-    /// Every permit of the namespace is in use.
+    /// Every permit of the namespace is in use, or its tenant plugins are
+    /// still loading after a start.
     Busy,
 }
 
@@ -423,6 +424,7 @@ impl Reconcile<'_> {
                 Some(p) => TenantSet::Set(c.set, Ok(c.tenants), Some(p)),
                 None => TenantSet::Busy,
             },
+            Err(crate::controller::tenants::ComposeError::NotLoaded { .. }) => TenantSet::Busy,
             Err(e) => TenantSet::Set(cluster, Err(e), None),
         }
     }
@@ -510,7 +512,9 @@ impl Reconcile<'_> {
         let (plugins, composed, _permit) = match self.tenant_set() {
             TenantSet::Set(set, composed, permit) => (set, composed, permit),
             TenantSet::Busy => {
-                debug!("the namespace's tenant-plugin permits are taken: retrying shortly");
+                debug!(
+                    "the namespace's tenant plugins are busy or still loading: retrying shortly"
+                );
                 return Ok(Action::requeue(tenant_retry()));
             }
         };
