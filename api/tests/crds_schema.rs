@@ -71,7 +71,7 @@ fn has_rule(node: &Value, rule: cel::CelRule) -> bool {
 }
 
 #[test]
-fn four_crds_with_controller_gen_file_names() {
+fn six_crds_with_controller_gen_file_names() {
     let names: Vec<String> = all_crds().unwrap().iter().map(file_name).collect();
     assert_eq!(
         names,
@@ -79,13 +79,38 @@ fn four_crds_with_controller_gen_file_names() {
             "trainer.kubeflow.org_trainjobs.yaml",
             "trainer.kubeflow.org_trainingruntimes.yaml",
             "trainer.kubeflow.org_clustertrainingruntimes.yaml",
-            "trainforge.dev_clustertrainerplugins.yaml"
+            "trainforge.dev_clustertrainerplugins.yaml",
+            "trainforge.dev_trainerplugins.yaml",
+            "trainforge.dev_trainerpluginpolicies.yaml"
         ]
     );
     let ctr = crd_json("clustertrainingruntimes");
     assert_eq!(ctr["spec"]["scope"], "Cluster");
     assert_eq!(ctr["spec"]["names"]["kind"], "ClusterTrainingRuntime");
     assert_eq!(crd_json("trainingruntimes")["spec"]["scope"], "Namespaced");
+    // Tenant plugins are namespaced, with a status; their ceiling is one
+    // cluster-scoped object named default.
+    let tp = crd_json("trainerplugins");
+    assert_eq!(tp["spec"]["scope"], "Namespaced");
+    assert_eq!(
+        tp["spec"]["versions"][0]["subresources"]["status"],
+        serde_json::json!({})
+    );
+    let tp_spec = &tp["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    assert!(tp_spec["properties"]["selector"].is_object(), "{tp_spec}");
+    assert!(
+        has_rule(
+            tp_spec,
+            trainforge_api::trainforge::v1alpha1::cel::SHA256_UNLESS_BUILTIN
+        ),
+        "the ClusterTrainerPlugin rules come along: {tp_spec}"
+    );
+    let policy = crd_json("trainerpluginpolicies");
+    assert_eq!(policy["spec"]["scope"], "Cluster");
+    assert!(has_rule(
+        &policy["spec"]["versions"][0]["schema"]["openAPIV3Schema"],
+        trainforge_api::trainforge::v1alpha1::cel::POLICY_NAMED_DEFAULT
+    ));
     assert_eq!(
         crd_json("trainjobs")["spec"]["versions"][0]["subresources"]["status"],
         serde_json::json!({})

@@ -32,7 +32,9 @@
 //! 7. a TrainerPlugin whose new spec fails keeps its last good version
 //!    serving, also after the operator restarts;
 //! 8. an https plugin source pointing at the metadata address or loopback
-//!    is refused (`AddressNotAllowed`).
+//!    is refused (`AddressNotAllowed`);
+//! 9. tenants' components crafted to be slow to compile queue for the
+//!    tenants' own compile slot: a cluster plugin compiles meanwhile.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod operator_common;
@@ -43,7 +45,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams};
 use operator_common::*;
-use plugin_common::hostile_declaring;
+use plugin_common::{hostile_declaring, slow_to_compile_component};
 use serde_json::{Value, json};
 use trainforge::plugin::sha256_hex;
 use trainforge_testenv::{Mode, TestEnv};
@@ -863,6 +865,68 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
         let (_, reason, message) = cond(&o, "Fetched");
         assert_eq!(reason, "AddressNotAllowed", "{message}");
         delete(&fx.client, TF, "ClusterTrainerPlugin", None, name).await;
+    }
+
+    step("9 tenants' slow compiles never hold up a cluster plugin's");
+    for i in 0..2 {
+        let slow = slow_to_compile_component(3000 + i, 600);
+        let name = format!("slow-{i}");
+        store_component(&fx.client, &a, &name, &slow).await;
+        apply(
+            &fx.client,
+            &trainer_plugin(&a, &name, &name, &slow, json!({})),
+        )
+        .await;
+    }
+    // Both are fetched and queued to compile (one at a time for tenants).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let fresh =
+        hostile_declaring(&json!({"name": "cluster-fresh", "emits": [["v1", "ConfigMap"]]}));
+    let started = Instant::now();
+    install_cluster_plugin(
+        &fx.client,
+        OPERATOR_NS,
+        "fresh-module",
+        "fresh",
+        &fresh,
+        json!({}),
+    )
+    .await;
+    eventually("ClusterTrainerPlugin fresh Ready", TIMEOUT, || async {
+        let o = get(&fx.client, TF, "ClusterTrainerPlugin", None, "fresh").await?;
+        (condition(&o, "Ready")?["status"] == "True").then_some(())
+    })
+    .await;
+    let fresh_ready = started.elapsed();
+    let mut attempted = 0;
+    for i in 0..2 {
+        let o = get(
+            &fx.client,
+            TF,
+            "TrainerPlugin",
+            Some(&a),
+            &format!("slow-{i}"),
+        )
+        .await
+        .unwrap();
+        attempted +=
+            usize::from(condition(&o, "Compiled").is_some_and(|c| c["status"] != "Unknown"));
+    }
+    assert!(
+        attempted < 2,
+        "the cluster plugin waited for both tenants' slow compiles ({fresh_ready:?})"
+    );
+    step(&format!(
+        "a cluster plugin compiled and served in {:.1}s while two tenants' crafted components queued for the tenants' compile slot",
+        fresh_ready.as_secs_f64()
+    ));
+    delete(&fx.client, TF, "ClusterTrainerPlugin", None, "fresh").await;
+    // They were real: each is refused for its compile, one after the other.
+    for i in 0..2 {
+        let name = format!("slow-{i}");
+        let o = wait_tp(&fx, &a, &name, false).await;
+        assert_eq!(cond(&o, "Compiled").1, "CompileLimit", "{o}");
+        delete(&fx.client, TF, "TrainerPlugin", Some(&a), &name).await;
     }
     fx.op.wait_ready().await;
 }

@@ -86,6 +86,10 @@ pub(crate) struct ArtifactCache {
     memory: Mutex<HashMap<String, Component>>,
     /// Compilations that may run at once (see `get_or_compile`).
     compiling: Permits,
+    /// The one compilation of a tenant plugin that may run at once, apart
+    /// from the others: tenants' components (crafted to be slow, or many)
+    /// never make a cluster plugin wait to compile.
+    tenant_compiling: Permits,
 }
 
 impl ArtifactCache {
@@ -95,6 +99,7 @@ impl ArtifactCache {
             engine_hash: engine_hash(engine),
             memory: Mutex::new(HashMap::new()),
             compiling: Permits::new(parallel_compiles),
+            tenant_compiling: Permits::new(1),
         }
     }
 
@@ -109,12 +114,14 @@ impl ArtifactCache {
 
     /// Get the compiled component for `bytes` (digest `sha256`): from
     /// memory, from a disk artifact, or by calling `compile` (which returns
-    /// the component and its artifact) and caching the result.
+    /// the component and its artifact) and caching the result. A `tenant`
+    /// component compiles in the tenants' own slot.
     pub(crate) fn get_or_compile<E>(
         &self,
         engine: &Engine,
         sha256: &str,
         bytes: &[u8],
+        tenant: bool,
         compile: impl FnOnce(&[u8]) -> Result<(Component, Vec<u8>), E>,
     ) -> Result<(Component, CacheOutcome), E> {
         let key = self.key(sha256);
@@ -135,7 +142,11 @@ impl ArtifactCache {
         // memory grows with the functions compiled at once (an operator
         // starting with a dozen plugins compiled together peaked at 1.8 GB);
         // in children, each is capped but still costs a core.
-        let _permit = self.compiling.acquire();
+        let _permit = if tenant {
+            self.tenant_compiling.acquire()
+        } else {
+            self.compiling.acquire()
+        };
         // Whoever held a permit may just have compiled this very module.
         if let Some(c) = self.memory.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok((c, CacheOutcome::Memory));

@@ -161,7 +161,7 @@ impl PluginRuntime {
         let engine = &self.engine.engine;
         let (component, outcome) = self
             .cache
-            .get_or_compile(engine, &sha256, &src.bytes, |bytes| {
+            .get_or_compile(engine, &sha256, &src.bytes, src.tenant.is_some(), |bytes| {
                 compile(
                     &self.config.compiler,
                     self.config.compile_limits,
