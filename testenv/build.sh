@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Build the test control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, JobSet, kwok) from Go modules, and extract the third-party
-# data files (CRDs, JobSet webhook manifests, kwok stages) from the Go module
-# cache, into a cache directory keyed by versions:
+# kube-scheduler, JobSet, kwok) and a loopback OCI registry for tests (our
+# go/registry/main.go serving go-containerregistry's pkg/registry) from Go
+# modules, and extract the third-party data files (CRDs, JobSet webhook
+# manifests, kwok stages) from the Go module cache, into a cache directory
+# keyed by versions:
 #
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/trainforge/testenv/<KEY>/{bin,data,stamp}
 #
-# Idempotent: if <KEY>/stamp matches the hash of our go.mod/go.sum files,
+# Idempotent: if <KEY>/stamp matches the hash of our go.mod/go.sum/*.go files,
 # nothing is done. Usage:
 #   testenv/build.sh              build if needed
 #   testenv/build.sh --force      rebuild even if the stamp matches
@@ -43,10 +45,11 @@ esac
 
 export GOTOOLCHAIN=local CGO_ENABLED=0
 
-# The stamp is the hash of every go.mod/go.sum of our tool modules: a version
-# bump changes KEY, an edited go.sum changes the stamp.
+# The stamp is the hash of every go.mod/go.sum and Go source file of our tool
+# modules: a version bump changes KEY, an edited go.sum or registry/main.go
+# changes the stamp.
 stamp_value() {
-  (cd "$GODIR" && cat */go.mod */go.sum) | sha256sum | cut -d' ' -f1
+  (cd "$GODIR" && cat */go.mod */go.sum */*.go) | sha256sum | cut -d' ' -f1
 }
 STAMP=$(stamp_value)
 if [[ $FORCE == 0 && -f $OUT/stamp && "$(cat "$OUT/stamp")" == "$STAMP" ]]; then
@@ -124,7 +127,7 @@ KLDF="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
 -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
 
 # ---- modules -------------------------------------------------------------
-stage download-modules "$GODIR" bash -c 'for m in k8s jobset kwok crdgen; do (cd $m && go mod download); done'
+stage download-modules "$GODIR" bash -c 'for m in k8s jobset kwok crdgen registry; do (cd $m && go mod download); done'
 
 # ---- data files ------------------------------------------------------------
 moddir() { (cd "$GODIR/$1" && go list -m -f '{{.Dir}}' "$2"); }
@@ -166,6 +169,7 @@ for c in kube-apiserver kube-controller-manager kube-scheduler; do
 done
 stage jobset "$GODIR/jobset" go build -v -trimpath -ldflags "-s -w" -o "$BIN/jobset" sigs.k8s.io/jobset
 stage kwok "$GODIR/kwok" go build -v -trimpath -ldflags "-s -w" -o "$BIN/kwok" sigs.k8s.io/kwok/cmd/kwok
+stage registry "$GODIR/registry" go build -v -trimpath -ldflags "-s -w" -o "$BIN/registry" .
 
 TOTAL=$(($(date +%s) - TOTAL_START))
 printf '%-26s %5ss\n' total "$TOTAL" >>"$FIGURES"

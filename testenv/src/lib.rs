@@ -27,6 +27,9 @@
 //! }
 //! ```
 //!
+//! Separately, [`Registry`] starts a real OCI registry on loopback (plain HTTP
+//! or TLS) for tests that push or pull images.
+//!
 //! Environment variables: `TRAINFORGE_TESTENV_BIN` (binary dir),
 //! `TRAINFORGE_TESTENV_DATA` (data dir), `TRAINFORGE_CRDS_DIR` (our CRDs),
 //! `TRAINFORGE_TESTENV_REQUIRED=1` (missing binaries fail instead of skip),
@@ -46,6 +49,7 @@ pub mod paths;
 pub mod pki;
 pub mod ports;
 pub mod process;
+pub mod registry;
 pub mod scheduler;
 pub mod wait;
 pub mod webhooks;
@@ -57,6 +61,7 @@ use std::sync::OnceLock;
 pub use env::{Figures, TestEnv};
 pub use error::Error;
 pub use kwok::FAIL_POD_LABEL;
+pub use registry::Registry;
 
 /// Which components run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -15,7 +15,9 @@ pub const CACHE_KEY: &str = "k1.36.3-e3.6.8-js0.12.0-kw0.8.0";
 
 /// Binaries needed in api mode.
 pub const API_BINARIES: &[&str] = &["etcd", "kube-apiserver"];
-/// Binaries needed in full mode.
+/// Binaries needed in full mode. The OCI [`crate::Registry`] is not part of the
+/// environment, but is checked with it: tests that use it run in full-mode
+/// setups, and a cache built before it existed then counts as not built.
 pub const FULL_BINARIES: &[&str] = &[
     "etcd",
     "kube-apiserver",
@@ -23,6 +25,7 @@ pub const FULL_BINARIES: &[&str] = &[
     "kube-scheduler",
     "jobset",
     "kwok",
+    "registry",
 ];
 
 /// Third-party CRD files (in `<data>/crds/`).
