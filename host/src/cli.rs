@@ -20,7 +20,8 @@ enum Command {
     Crds(crate::crdgen::CrdsArgs),
     /// Print the objects the operator would apply for TrainJobs (no cluster).
     Render(crate::render::RenderArgs),
-    /// Tools for plugin authors: inspect, run and benchmark a `.wasm` plugin.
+    /// Tools for plugin authors: inspect, run and benchmark a `.wasm` plugin;
+    /// publish, sign and verify it as an OCI artifact.
     #[command(subcommand)]
     Plugin(crate::plugin::cli::PluginCommand),
     /// Run the operator (TrainJob and ClusterTrainerPlugin controllers).

@@ -54,6 +54,7 @@ async fn server() -> (SocketAddr, String, CancellationToken) {
     let addr = listener.local_addr().unwrap();
     let router = Router::new()
         .route("/ok.wasm", get(|| async { COMPONENT.to_vec() }))
+        .route("/ok.wasm.sig", get(|| async { "c2lnbmF0dXJl\n" }))
         .route("/loop", get(|| async { redirect("/loop".into()) }))
         .route(
             "/hop/{n}",
@@ -101,15 +102,19 @@ fn fetcher(allow: &[&str], ca: Option<&str>) -> Fetcher {
     let opts = FetchOptions {
         allowed_networks: allow.iter().map(|c| c.parse().unwrap()).collect(),
         extra_roots_pem: ca.map(|c| c.as_bytes().to_vec()),
+        ..FetchOptions::default()
     };
     Fetcher::with_options(client, LIMIT, &opts).unwrap()
 }
 
 async fn fetch(f: &Fetcher, url: &str) -> Result<Vec<u8>, FetchError> {
-    f.fetch(&PluginSourceSpec {
-        url: Some(url.to_owned()),
-        ..Default::default()
-    })
+    f.fetch(
+        &PluginSourceSpec {
+            url: Some(url.to_owned()),
+            ..Default::default()
+        },
+        false,
+    )
     .await
     .map(|x| x.bytes.to_vec())
 }
@@ -137,6 +142,31 @@ async fn https_sources_are_bounded_and_guarded() {
     // A good certificate from the configured CA.
     assert_eq!(fetch(&allowed, &url("/ok.wasm")).await.unwrap(), COMPONENT);
     assert_eq!(fetch(&allowed, &url("/two-hops")).await.unwrap(), COMPONENT);
+    // A blob signature next to it (`<url>.sig`), read only when asked for;
+    // none next to another URL.
+    let with_sigs = |u: String| {
+        let allowed = allowed.clone();
+        async move {
+            allowed
+                .fetch(
+                    &PluginSourceSpec {
+                        url: Some(u),
+                        ..Default::default()
+                    },
+                    true,
+                )
+                .await
+                .unwrap()
+                .signatures
+                .unwrap()
+                .into_iter()
+                .map(|s| s.signature)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(with_sigs(url("/ok.wasm")).await, ["c2lnbmF0dXJl"]);
+    assert!(with_sigs(url("/two-hops")).await.is_empty());
+    assert!(fetch(&allowed, &url("/ok.wasm")).await.is_ok());
     // The same server without that CA: the certificate is refused.
     let no_ca = fetcher(&["127.0.0.1/32"], None);
     let e = fetch(&no_ca, &url("/ok.wasm")).await.unwrap_err();

@@ -17,6 +17,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+mod catalog_common;
 mod plugin_common;
 
 use std::collections::BTreeMap;
@@ -24,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use catalog_common::{WAIT, condition, status_of, wait_cr};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
@@ -40,7 +42,6 @@ use trainforge_api::trainforge::v1alpha1::{ClusterTrainerPlugin, FailurePolicy, 
 use trainforge_testenv::{Mode, TestEnv};
 
 const TEST_LABEL: &str = "trainforge.dev/test";
-const WAIT: Duration = Duration::from_secs(120);
 
 fn env() -> Option<&'static TestEnv> {
     trainforge_testenv::require!(Mode::Api)
@@ -125,44 +126,6 @@ impl Operator {
             .unwrap()
             .unwrap()
             .unwrap();
-    }
-}
-
-fn condition<'a>(p: &'a ClusterTrainerPlugin, t: &str) -> Option<(&'a str, &'a str, &'a str)> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == t)
-        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
-}
-
-fn status_of(p: &ClusterTrainerPlugin) -> String {
-    serde_json::to_string_pretty(&p.status).unwrap()
-}
-
-/// Poll the CR until `pred` holds for the current generation.
-async fn wait_cr(
-    api: &Api<ClusterTrainerPlugin>,
-    name: &str,
-    what: &str,
-    pred: impl Fn(&ClusterTrainerPlugin) -> bool,
-) -> ClusterTrainerPlugin {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let p = api.get(name).await.unwrap();
-        let current =
-            p.status.as_ref().and_then(|s| s.observed_generation) == p.metadata.generation;
-        if current && pred(&p) {
-            return p;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {name}: {what}; status: {}",
-            status_of(&p)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -120,11 +120,17 @@ pub fn review_trainer_plugin(
     if source
         .url
         .as_deref()
-        .is_some_and(|u| !u.starts_with("https://"))
+        .is_some_and(|u| u.starts_with("file://"))
     {
         errors.push(FieldError::forbidden(
             "spec.source.url",
-            "a TrainerPlugin cannot read the operator's file system; use https:// or a ConfigMap",
+            "a TrainerPlugin cannot read the operator's file system; use oci://, https:// or a ConfigMap",
+        ));
+    }
+    if source.pull_secret.is_some() {
+        errors.push(FieldError::forbidden(
+            "spec.source.pullSecret",
+            "a TrainerPlugin cannot use the operator's registry credentials",
         ));
     }
     if let Some(sel) = &tp.spec.selector

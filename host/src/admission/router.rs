@@ -708,11 +708,13 @@ mod tests {
                 serde_json::to_vec(&r).unwrap(),
             )
         };
-        let (_, out, _) = ask(tp(
+        for ok in [
             json!({"configMap": {"namespace": "team-a", "name": "m", "key": "k"}}),
-        ))
-        .await;
-        assert_eq!(out["response"]["allowed"], true, "{out}");
+            json!({"url": "oci://registry.example/team-a/p:v1"}),
+        ] {
+            let (_, out, _) = ask(tp(ok)).await;
+            assert_eq!(out["response"]["allowed"], true, "{out}");
+        }
         for (source, want) in [
             (
                 json!({"configMap": {"namespace": "team-b", "name": "m", "key": "k"}}),
@@ -725,6 +727,10 @@ mod tests {
             (
                 json!({"builtin": "nope"}),
                 "spec.source.builtin: Unsupported value",
+            ),
+            (
+                json!({"url": "oci://registry.example/p:v1", "pullSecret": "platform-regcred"}),
+                "spec.source.pullSecret: Forbidden: a TrainerPlugin cannot use the operator's registry credentials",
             ),
         ] {
             let (_, out, _) = ask(tp(source.clone())).await;

@@ -213,7 +213,7 @@ where
 }
 
 /// The operator's namespace (`$POD_NAMESPACE`, else `trainforge-system`).
-fn own_namespace() -> String {
+pub(crate) fn own_namespace() -> String {
     std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "trainforge-system".into())
 }
 

@@ -84,10 +84,20 @@ pub struct OperatorArgs {
     /// always allowed.
     #[arg(long = "plugin-fetch-allow-cidr", value_name = "CIDR")]
     pub plugin_fetch_allow_cidrs: Vec<ipnet::IpNet>,
-    /// CA certificates (PEM) trusted for `https://` plugin sources besides
-    /// the system's.
+    /// CA certificates (PEM) trusted for `https://` plugin sources and
+    /// `oci://` registries besides the system's.
     #[arg(long)]
     pub plugin_fetch_ca_file: Option<PathBuf>,
+    /// A registry (`host[:port]`) `oci://` plugin sources are pulled from
+    /// over plain HTTP instead of HTTPS (repeatable; development and
+    /// in-cluster registries). Its address must still be allowed.
+    #[arg(long = "plugin-registry-plain-http", value_name = "HOST[:PORT]")]
+    pub plugin_registry_plain_http: Vec<String>,
+    /// Refuse every plugin that is not builtin unless a key of its
+    /// `spec.verification` signed it (a spec without one is refused with
+    /// `SignatureRequired`).
+    #[arg(long)]
+    pub require_plugin_signatures: bool,
     /// TrainJobs of one namespace reconciled at once when tenant plugins
     /// (`TrainerPlugin`s) apply to them: a namespace with slow plugins
     /// never holds more reconcile workers than this.
@@ -466,6 +476,9 @@ fn fetch_options(
     Ok(super::catalog::fetch::FetchOptions {
         allowed_networks: args.plugin_fetch_allow_cidrs.clone(),
         extra_roots_pem,
+        plain_http_registries: args.plugin_registry_plain_http.clone(),
+        secrets_namespace: super::admission::own_namespace(),
+        require_signatures: args.require_plugin_signatures,
     })
 }
 

@@ -96,6 +96,19 @@ pub enum PluginCommand {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Write a new ECDSA P-256 signing key pair (`<out>.key`, `<out>.pub`).
+    Keygen(crate::oci::cli::KeygenArgs),
+    /// Publish a component as a Wasm OCI artifact (`oci://registry/repo:tag`);
+    /// prints the reference by digest to put in a `ClusterTrainerPlugin`.
+    Push(crate::oci::cli::PushArgs),
+    /// Download an `oci://` plugin (checked as the operator checks it).
+    Pull(crate::oci::cli::PullArgs),
+    /// Sign an `oci://` artifact by digest (cosign format, stored in the
+    /// registry) or a `.wasm` file (`<file>.sig`).
+    Sign(crate::oci::cli::SignArgs),
+    /// Check a plugin's signature against public keys, as the operator's
+    /// `spec.verification` does.
+    Verify(crate::oci::cli::VerifyArgs),
     /// Compile a component in this process under a memory cap and write
     /// the precompiled artifact (run by the operator, not by people).
     #[command(hide = true)]
@@ -145,6 +158,9 @@ pub enum Error {
     /// The compile worker failed.
     #[error("compile worker: {0}")]
     Worker(String),
+    /// Publishing, fetching, signing or verifying an OCI plugin failed.
+    #[error(transparent)]
+    Oci(#[from] crate::oci::cli::CliError),
 }
 
 /// `<apiVersion>/<Kind>` (the kind is after the last `/`).
@@ -293,9 +309,22 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
         return compile::run_worker(&super::engine::base_config(), *memory_bytes, input, output)
             .map_err(Error::Worker);
     }
+    match &cmd {
+        PluginCommand::Keygen(a) => return Ok(crate::oci::cli::keygen(a)?),
+        PluginCommand::Push(a) => return Ok(crate::oci::cli::push(a)?),
+        PluginCommand::Pull(a) => return Ok(crate::oci::cli::pull(a)?),
+        PluginCommand::Sign(a) => return Ok(crate::oci::cli::sign(a)?),
+        PluginCommand::Verify(a) => return Ok(crate::oci::cli::verify(a)?),
+        _ => {}
+    }
     let rt = cli_runtime()?;
     match cmd {
-        PluginCommand::CompileWorker { .. } => Ok(()),
+        PluginCommand::CompileWorker { .. }
+        | PluginCommand::Keygen(_)
+        | PluginCommand::Push(_)
+        | PluginCommand::Pull(_)
+        | PluginCommand::Sign(_)
+        | PluginCommand::Verify(_) => Ok(()),
         PluginCommand::Inspect { file, sha256, json } => {
             let mut src = load(&rt, &file, None)?;
             src.sha256 = sha256;

@@ -82,12 +82,17 @@ impl std::fmt::Debug for RuntimeConfig {
     }
 }
 
+impl RuntimeConfig {
+    /// Largest component accepted unless configured otherwise.
+    pub const DEFAULT_MAX_COMPONENT_BYTES: usize = 32 << 20;
+}
+
 impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             epoch_tick: Duration::from_millis(10),
             cache_dir: None,
-            max_component_bytes: 32 << 20,
+            max_component_bytes: Self::DEFAULT_MAX_COMPONENT_BYTES,
             limits: Limits::default(),
             max_concurrent_calls: 256,
             observer: None,

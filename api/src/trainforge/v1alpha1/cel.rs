@@ -10,10 +10,12 @@ pub const ONE_SOURCE: CelRule = CelRule {
     message: "exactly one of source.builtin, source.configMap or source.url must be set",
 };
 
-/// A component that is not builtin must be pinned by digest.
+/// A component that is not builtin must be pinned by digest: by
+/// `spec.sha256`, or (an OCI artifact) by its manifest digest in the
+/// reference or a signature check that pins the tag's digest once.
 pub const SHA256_UNLESS_BUILTIN: CelRule = CelRule {
-    rule: "has(self.source.builtin) || has(self.sha256)",
-    message: "sha256 is required unless source.builtin is set",
+    rule: "has(self.source.builtin) || has(self.sha256) || (has(self.source.url) && self.source.url.startsWith('oci://') && (self.source.url.contains('@sha256:') || has(self.verification)))",
+    message: "sha256 is required unless source.builtin is set, or source.url is an oci:// reference pinned by @sha256: or checked by spec.verification",
 };
 
 /// `spec.sha256` is a bare lowercase hex sha256.
@@ -22,10 +24,17 @@ pub const SHA256_HEX: CelRule = CelRule {
     message: "sha256 must be 64 lowercase hexadecimal characters",
 };
 
-/// `source.url` is fetched over https or read from the operator's file system.
+/// `source.url` is fetched over https, pulled from an OCI registry or read
+/// from the operator's file system.
 pub const URL_SCHEME: CelRule = CelRule {
-    rule: "self.matches('^(https|file)://.+$')",
-    message: "source.url must use the https:// or file:// scheme",
+    rule: "self.matches('^(https|oci|file)://.+$')",
+    message: "source.url must use the https://, oci:// or file:// scheme",
+};
+
+/// `source.pullSecret` only goes with an `oci://` URL.
+pub const PULL_SECRET_WITH_OCI: CelRule = CelRule {
+    rule: "!has(self.pullSecret) || (has(self.url) && self.url.startsWith('oci://'))",
+    message: "source.pullSecret applies to oci:// URLs only",
 };
 
 /// `limits.timeout`: integer milliseconds or a duration string, 10ms to 30s.
@@ -53,6 +62,7 @@ pub const ALL: &[CelRule] = &[
     SHA256_UNLESS_BUILTIN,
     SHA256_HEX,
     URL_SCHEME,
+    PULL_SECRET_WITH_OCI,
     TIMEOUT_RANGE,
     MEMORY_RANGE,
 ];

@@ -47,6 +47,15 @@ pub struct ClusterTrainerPluginSpec {
     #[schemars(extend("x-kubernetes-validations" = [cel::SHA256_HEX]))]
     pub sha256: Option<String>,
 
+    /// Signatures the component must carry before it is compiled: a
+    /// cosign-compatible signature (ECDSA P-256, key-based) made by one of
+    /// these keys. For `oci://` sources the signature is the artifact's
+    /// `sha256-<digest>.sig` tag; for others a cosign `sign-blob`
+    /// signature (base64) next to the component (`<url>.sig`, or the
+    /// ConfigMap key `<key>.sig`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<PluginVerification>,
+
     /// Position in the pipeline: within each phase, plugins run by
     /// ascending `order`, ties broken by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -110,7 +119,7 @@ fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 /// Where a plugin component comes from.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [cel::ONE_SOURCE]))]
+#[schemars(extend("x-kubernetes-validations" = [cel::ONE_SOURCE, cel::PULL_SECRET_WITH_OCI]))]
 pub struct PluginSourceSpec {
     /// A plugin embedded in the operator binary, by name (`torch`, or its
     /// crate name `plugin-torch`).
@@ -122,10 +131,42 @@ pub struct PluginSourceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map: Option<ConfigMapSource>,
 
-    /// An `https://` URL, or a `file://` path on the operator's file system.
+    /// An `https://` URL; an OCI artifact `oci://registry/repository:tag`
+    /// or `oci://registry/repository@sha256:<digest>` (the Wasm artifact
+    /// layout: one `application/wasm` layer); or a `file://` path on the
+    /// operator's file system. A tag is resolved once per generation and
+    /// the digest that serves is recorded in `status.servingSpec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 2048), extend("x-kubernetes-validations" = [cel::URL_SCHEME]))]
     pub url: Option<String>,
+
+    /// Name of a `kubernetes.io/dockerconfigjson` Secret in the operator's
+    /// namespace holding credentials for the `oci://` registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub pull_secret: Option<String>,
+}
+
+/// Public keys a plugin's signature must verify with.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginVerification {
+    /// Trusted keys; a signature by any one of them verifies the component.
+    #[schemars(length(min = 1, max = 8), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub keys: Vec<VerificationKey>,
+}
+
+/// One trusted signing key.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerificationKey {
+    /// Name shown in the `Verified` condition (which key signed).
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// The PEM public key (`-----BEGIN PUBLIC KEY-----`, ECDSA P-256, as
+    /// `cosign generate-key-pair` or `trainforge plugin keygen` writes it).
+    #[schemars(length(min = 1, max = 4096))]
+    pub public_key: String,
 }
 
 /// A component stored in a ConfigMap's `binaryData`.

@@ -9,7 +9,7 @@ pub mod trainer_plugin_policy;
 
 pub use cluster_trainer_plugin::{
     ClusterTrainerPlugin, ClusterTrainerPluginSpec, ConfigMapSource, FailurePolicy, PluginGrants,
-    PluginLimits, PluginSourceSpec, PodSecurityGrants,
+    PluginLimits, PluginSourceSpec, PluginVerification, PodSecurityGrants, VerificationKey,
 };
 pub use status::{ClusterTrainerPluginStatus, DescribedPlugin, condition, reason};
 pub use trainer_plugin::{TrainerPlugin, TrainerPluginSpec};

@@ -116,8 +116,32 @@ pub mod reason {
     pub const DIGEST_MATCHED: &str = "DigestMatched";
     /// `Verified=True`: a builtin with no pinned digest (trusted).
     pub const BUILTIN: &str = "Builtin";
-    /// `Verified=False`: the bytes do not match `spec.sha256`.
+    /// `Verified=False`: the bytes do not match `spec.sha256` (or an OCI
+    /// layer or manifest does not match its digest).
     pub const DIGEST_MISMATCH: &str = "DigestMismatch";
+    /// `Verified=True`: a signature by a key of `spec.verification` (named
+    /// in the message) covers the component.
+    pub const SIGNATURE_VERIFIED: &str = "SignatureVerified";
+    /// `Verified=False`: no signature was found next to the component.
+    pub const SIGNATURE_MISSING: &str = "SignatureMissing";
+    /// `Verified=False`: a signature is malformed or signs another artifact.
+    pub const SIGNATURE_INVALID: &str = "SignatureInvalid";
+    /// `Verified=False`: signatures were found, but none verifies with a key
+    /// of `spec.verification`.
+    pub const UNTRUSTED_SIGNATURE: &str = "UntrustedSignature";
+    /// `Verified=False`: the operator requires signatures for every plugin
+    /// that is not builtin, and the spec has no `verification`.
+    pub const SIGNATURE_REQUIRED: &str = "SignatureRequired";
+    /// `Verified=False`: a key of `spec.verification` cannot be used.
+    pub const INVALID_KEY: &str = "InvalidKey";
+    /// `Fetched=False`: the OCI registry could not be reached or answered
+    /// with an error (retried).
+    pub const REGISTRY_ERROR: &str = "RegistryError";
+    /// `Fetched=False`: the OCI artifact is not a Wasm component (another
+    /// layout, layer media type or content).
+    pub const NOT_WASM: &str = "NotWasm";
+    /// `Fetched=False`: the pull secret is missing or unusable.
+    pub const PULL_SECRET_ERROR: &str = "PullSecretError";
     /// `Compiled=True`.
     pub const COMPILED: &str = "Compiled";
     /// `Compiled=False`: the spec cannot be turned into a plugin source

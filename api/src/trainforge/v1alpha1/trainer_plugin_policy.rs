@@ -39,10 +39,10 @@ pub struct TrainerPluginPolicySpec {
     pub namespace_selector: Option<LabelSelector>,
 
     /// Where tenant components may come from: `ConfigMap` (in the
-    /// plugin's own namespace), `Builtin`, `Https`. Default `[ConfigMap]`.
+    /// plugin's own namespace), `Builtin`, `Https`, `Oci`. Default `[ConfigMap]`.
     /// `file://` is never allowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 3), extend("x-kubernetes-list-type" = "set"))]
+    #[schemars(length(max = 4), extend("x-kubernetes-list-type" = "set"))]
     pub sources: Option<Vec<TenantSourceKind>>,
 
     /// Phases tenant plugins may be called for. Default: every phase but
@@ -95,6 +95,9 @@ pub enum TenantSourceKind {
     Builtin,
     /// `source.url` with `https://`.
     Https,
+    /// `source.url` with `oci://` (never with a `pullSecret`: the
+    /// operator's registry credentials are not lent to tenants).
+    Oci,
 }
 
 impl TenantSourceKind {
@@ -104,6 +107,7 @@ impl TenantSourceKind {
             TenantSourceKind::ConfigMap => "ConfigMap",
             TenantSourceKind::Builtin => "Builtin",
             TenantSourceKind::Https => "Https",
+            TenantSourceKind::Oci => "Oci",
         }
     }
 }
@@ -116,7 +120,7 @@ impl JsonSchema for TenantSourceKind {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "string",
-            "enum": ["ConfigMap", "Builtin", "Https"],
+            "enum": ["ConfigMap", "Builtin", "Https", "Oci"],
         })
     }
 }

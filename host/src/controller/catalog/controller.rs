@@ -14,14 +14,16 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use trainforge_api::trainforge::v1alpha1::{
-    ClusterTrainerPlugin, ClusterTrainerPluginSpec, reason,
+    ClusterTrainerPlugin, ClusterTrainerPluginSpec, ClusterTrainerPluginStatus, PluginSourceSpec,
+    reason,
 };
 
-use super::fetch::{FetchError, Fetcher};
+use super::fetch::{FetchError, Fetched, Fetcher};
 use super::spec::{options, plugin_source};
 use super::state::{Attempt, PluginCatalog, Serving, Stage};
 use super::{Error, status};
 
+use crate::oci::cosign::{self, Subject, TrustedKey};
 use crate::plugin::sha256_hex;
 
 /// How soon a failed attempt is retried (the ConfigMap or URL may be fixed
@@ -236,8 +238,11 @@ async fn reconcile_inner(
             e
         }
         previous => {
+            // After a restart, the generation that served loads exactly
+            // what it served (a tag is not resolved again).
+            let pin = Pin::recorded(obj.status.as_ref(), Some(generation));
             let (attempt, candidate) =
-                attempt(&name, &obj.spec, &ctx.loader, generation, None, None).await;
+                attempt(&name, &obj.spec, &ctx.loader, generation, pin, None).await;
             match (&attempt.failure, candidate) {
                 (None, candidate) => catalog.commit(&name, &uid, attempt, candidate),
                 (Some((r, m)), _) => {
@@ -296,7 +301,8 @@ pub(crate) async fn restore_with(
         status.serving_digest.as_deref()?,
         status.serving_generation?,
     );
-    let (attempt, serving) = attempt(name, spec, ctx, generation, Some(digest), tenancy).await;
+    let pin = Pin::recorded(Some(status), None);
+    let (attempt, serving) = attempt(name, spec, ctx, generation, pin, tenancy).await;
     match (&attempt.failure, serving) {
         (None, Some(s)) => {
             tracing::info!(digest, generation, "last good version restored from status");
@@ -309,21 +315,50 @@ pub(crate) async fn restore_with(
     }
 }
 
+/// What a version was pinned to when it served: its source with any tag
+/// replaced by the manifest digest, and the component's sha256. Loading
+/// from a pin never resolves a tag again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pin<'a> {
+    pub(crate) source: &'a PluginSourceSpec,
+    pub(crate) sha256: &'a str,
+}
+
+impl<'a> Pin<'a> {
+    /// The pin `status` records for `generation` (the last good version,
+    /// or the current spec's after a restart), if it records one.
+    pub(crate) fn recorded(
+        status: Option<&'a ClusterTrainerPluginStatus>,
+        generation: Option<i64>,
+    ) -> Option<Self> {
+        let s = status?;
+        if generation.is_some() && s.serving_generation != generation {
+            return None;
+        }
+        Some(Pin {
+            source: &s.serving_spec.as_ref()?.source,
+            sha256: s.serving_digest.as_deref()?,
+        })
+    }
+}
+
 /// Fetch → verify → load `spec` (of CR `name` at `generation`); the
 /// attempt's stages and, on success, the version to put in service. `pin`
-/// overrides `spec.sha256`; `tenancy` loads it as a tenant plugin.
+/// replaces the spec's source and `sha256`; `tenancy` loads it as a tenant
+/// plugin.
 pub(crate) async fn attempt(
     name: &str,
     spec: &ClusterTrainerPluginSpec,
     ctx: &Loader,
     generation: i64,
-    pin: Option<&str>,
+    pin: Option<Pin<'_>>,
     tenancy: Option<Tenancy<'_>>,
 ) -> (Attempt, Option<Serving>) {
     let catalog = &ctx.catalog;
     let mut done = Vec::new();
 
-    let fetched = match ctx.fetcher.fetch(&spec.source).await {
+    let source = pin.map_or(&spec.source, |p| p.source);
+    let fetched = match ctx.fetcher.fetch(source, spec.verification.is_some()).await {
         Ok(f) => f,
         Err(e) => return (fetch_failed(generation, &e), None),
     };
@@ -333,38 +368,23 @@ pub(crate) async fn attempt(
         reason::FETCHED,
         format!("{} bytes from {}", fetched.bytes.len(), fetched.origin),
     ));
-
-    let pinned = pin
-        .or(spec.sha256.as_deref())
-        .map(|s| s.trim().to_ascii_lowercase());
-    match &pinned {
-        Some(want) if *want != digest => {
-            let m = format!(
-                "expected sha256 {want}, got {digest} from {}",
-                fetched.origin
-            );
-            return (
-                Attempt::failed(generation, done, reason::DIGEST_MISMATCH, m),
-                None,
-            );
-        }
-        Some(_) => done.push(Stage::ok(
-            reason::DIGEST_MATCHED,
-            format!("sha256 {digest}"),
-        )),
-        None if fetched.builtin => done.push(Stage::ok(
-            reason::BUILTIN,
-            format!("builtin, sha256 {digest}"),
-        )),
-        None => {
-            // The CRD requires sha256 for anything not builtin.
-            let m = "spec.sha256 is required for a component that is not builtin".to_owned();
-            return (
-                Attempt::failed(generation, done, reason::DIGEST_MISMATCH, m),
-                None,
-            );
-        }
+    let verified = match verify(
+        spec,
+        pin,
+        &fetched,
+        &digest,
+        ctx.fetcher.require_signatures(),
+    ) {
+        Ok(stage) => stage,
+        Err((r, m)) => return (Attempt::failed(generation, done, r, m), None),
+    };
+    done.push(verified);
+    // What serves names the artifact by digest, never by a tag.
+    let mut spec = spec.clone();
+    if let Some((url, _)) = &fetched.pinned {
+        spec.source.url = Some(url.clone());
     }
+    let spec = &spec;
 
     let opts = match &tenancy {
         Some(t) => t.options.clone(),
@@ -431,6 +451,95 @@ pub(crate) async fn attempt(
     }
     done.push(Stage::ok(reason::COMPILED, message));
     (Attempt::succeeded(generation, done), Some(serving))
+}
+
+/// The `Verified` stage: the bytes match the pinned sha256 (the spec's or
+/// `pin`'s), an OCI reference by digest pinned the manifest, and a trusted
+/// key signed the artifact when the spec (or the operator) asks for it.
+fn verify(
+    spec: &ClusterTrainerPluginSpec,
+    pin: Option<Pin<'_>>,
+    fetched: &Fetched,
+    digest: &str,
+    require_signatures: bool,
+) -> Result<Stage, (&'static str, String)> {
+    // The pin is enforced whatever it came from; the message names only
+    // what the spec asked for, so a restart that loads from the recorded
+    // pin reports the same as the first load.
+    let pinned = pin
+        .map(|p| p.sha256)
+        .or(spec.sha256.as_deref())
+        .map(|s| s.trim().to_ascii_lowercase());
+    if let Some(want) = &pinned
+        && *want != digest
+    {
+        return Err((
+            reason::DIGEST_MISMATCH,
+            format!(
+                "expected sha256 {want}, got {digest} from {}",
+                fetched.origin
+            ),
+        ));
+    }
+    let mut facts = Vec::new();
+    if spec.sha256.is_some() {
+        facts.push(format!("sha256 {digest}"));
+    }
+    let by_digest = fetched.pinned.as_ref().filter(|_| {
+        spec.source
+            .url
+            .as_deref()
+            .is_some_and(|u| u.contains("@sha256:"))
+    });
+    if let Some((_, manifest)) = by_digest {
+        facts.push(format!("manifest {manifest}"));
+    }
+    let mut reason_ok = reason::DIGEST_MATCHED;
+    match &spec.verification {
+        // Builtins are part of the operator: trusted as such.
+        Some(_) if fetched.builtin => {}
+        Some(v) => {
+            let keys = v
+                .keys
+                .iter()
+                .map(|k| TrustedKey::from_pem(&k.name, &k.public_key))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| (reason::INVALID_KEY, format!("spec.verification.keys: {e}")))?;
+            let found = fetched.signatures.as_deref().unwrap_or_default();
+            let subject = match &fetched.pinned {
+                Some((_, manifest)) => Subject::Manifest(manifest),
+                None => Subject::Blob(&fetched.bytes),
+            };
+            let signer = cosign::verify(&keys, subject, found)
+                .map_err(|(r, m)| (r, format!("{}: {m}", fetched.origin)))?;
+            facts.push(format!("signed by key {signer:?}"));
+            reason_ok = reason::SIGNATURE_VERIFIED;
+        }
+        None if require_signatures && !fetched.builtin => {
+            return Err((
+                reason::SIGNATURE_REQUIRED,
+                "the operator requires a signature on every plugin that is not builtin; add spec.verification with the signer's public key".to_owned(),
+            ));
+        }
+        None => {}
+    }
+    if facts.is_empty() {
+        if fetched.builtin {
+            return Ok(Stage::ok(
+                reason::BUILTIN,
+                format!("builtin, sha256 {digest}"),
+            ));
+        }
+        if pinned.is_some() {
+            return Ok(Stage::ok(reason_ok, format!("sha256 {digest}")));
+        }
+        // The CRD requires a pin for anything not builtin.
+        return Err((
+            reason::DIGEST_MISMATCH,
+            "spec.sha256 is required for a component that is not builtin (or an oci:// reference by @sha256:, or spec.verification)".to_owned(),
+        ));
+    }
+    Ok(Stage::ok(reason_ok, facts.join("; ")))
 }
 
 fn fetch_failed(generation: i64, e: &FetchError) -> Attempt {

@@ -1,16 +1,26 @@
 //! Getting a plugin component's bytes (the `Fetched` stage): a builtin by
-//! name, a ConfigMap's `binaryData` key, an `https://` URL or a `file://`
-//! path. Every source is bounded by the runtime's component size limit.
+//! name, a ConfigMap's `binaryData` key, an `https://` URL, an `oci://`
+//! artifact or a `file://` path, and, when the spec asks for verification,
+//! the signatures stored next to it. Every source is bounded by the
+//! runtime's component size limit.
 
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
+use oci_client::secrets::RegistryAuth;
 use trainforge_api::trainforge::v1alpha1::{ConfigMapSource, PluginSourceSpec, reason};
 
 use super::netguard::{NetGuard, Refused};
+use crate::oci::artifact::ArtifactError;
+use crate::oci::cosign::FoundSignature;
+use crate::oci::registry::{self, Registry, RegistryError, RegistryOptions};
 use crate::plugin::{FileError, builtin};
+
+/// Largest blob signature read next to a component (cosign's are ~100
+/// bytes of base64).
+pub const MAX_SIGNATURE_BYTES: usize = 8 * 1024;
 
 /// Timeout of one HTTPS download (connect + body).
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(15);
@@ -48,6 +58,19 @@ pub enum FetchError {
     /// may not reach, loops or leaves https.
     #[error("{0}")]
     AddressNotAllowed(String),
+    /// Pulling an `oci://` artifact failed.
+    #[error("{0}")]
+    Registry(#[from] RegistryError),
+    /// The `pullSecret` is missing or unusable.
+    #[error("pullSecret {name:?} in namespace {namespace}: {message}")]
+    PullSecret {
+        /// The Secret's name.
+        name: String,
+        /// The operator's namespace.
+        namespace: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 impl FetchError {
@@ -59,6 +82,21 @@ impl FetchError {
             FetchError::TooLarge { .. } => reason::TOO_LARGE,
             FetchError::Failed(_) | FetchError::NoSource => reason::FETCH_ERROR,
             FetchError::AddressNotAllowed(_) => reason::ADDRESS_NOT_ALLOWED,
+            FetchError::PullSecret { .. } => reason::PULL_SECRET_ERROR,
+            FetchError::Registry(e) => match e {
+                RegistryError::Reference { .. } => reason::INVALID_SPEC,
+                RegistryError::NotFound(_) => reason::NOT_FOUND,
+                RegistryError::AddressNotAllowed { .. } => reason::ADDRESS_NOT_ALLOWED,
+                RegistryError::Artifact { source, .. } => match source {
+                    ArtifactError::TooLarge { .. } => reason::TOO_LARGE,
+                    ArtifactError::DigestMismatch { .. } => reason::DIGEST_MISMATCH,
+                    ArtifactError::NotWasm(_) | ArtifactError::Manifest(_) => reason::NOT_WASM,
+                },
+                RegistryError::Unavailable { .. }
+                | RegistryError::Denied { .. }
+                | RegistryError::Config(_)
+                | RegistryError::Signature(_) => reason::REGISTRY_ERROR,
+            },
         }
     }
 }
@@ -72,6 +110,11 @@ pub struct Fetched {
     pub origin: String,
     /// Whether it is a builtin (trusted without a pinned digest).
     pub builtin: bool,
+    /// For an `oci://` source: the URL by manifest digest (what serves,
+    /// whatever tag the spec names), and that digest.
+    pub pinned: Option<(String, String)>,
+    /// Signatures found next to the component (`None`: not looked for).
+    pub signatures: Option<Vec<FoundSignature>>,
 }
 
 impl std::fmt::Debug for Fetched {
@@ -79,7 +122,8 @@ impl std::fmt::Debug for Fetched {
         f.debug_struct("Fetched")
             .field("origin", &self.origin)
             .field("bytes", &self.bytes.len())
-            .finish()
+            .field("pinned", &self.pinned)
+            .finish_non_exhaustive()
     }
 }
 
@@ -88,18 +132,31 @@ impl std::fmt::Debug for Fetched {
 pub struct Fetcher {
     client: kube::Client,
     http: reqwest::Client,
+    registry: Registry,
     guard: NetGuard,
     max_bytes: usize,
+    secrets_namespace: String,
+    require_signatures: bool,
 }
 
-/// How `https://` sources are fetched.
+/// How plugin sources are fetched, and what they must carry.
 #[derive(Debug, Clone, Default)]
 pub struct FetchOptions {
-    /// Networks https sources may reach although they are loopback,
-    /// link-local, private or otherwise special (see [`super::netguard`]).
+    /// Networks https and OCI sources may reach although they are
+    /// loopback, link-local, private or otherwise special (see
+    /// [`super::netguard`]).
     pub allowed_networks: Vec<ipnet::IpNet>,
-    /// Extra CA certificates (PEM) trusted besides the system's.
+    /// Extra CA certificates (PEM) trusted besides the system's (https
+    /// servers and registries).
     pub extra_roots_pem: Option<Vec<u8>>,
+    /// Registries (`host[:port]`) pulled from over plain HTTP.
+    pub plain_http_registries: Vec<String>,
+    /// Namespace of the `pullSecret`s (the operator's own; empty: none
+    /// can be read).
+    pub secrets_namespace: String,
+    /// Every plugin that is not builtin must be signed by a key of its
+    /// `spec.verification` (a spec without one is refused).
+    pub require_signatures: bool,
 }
 
 /// A failed https request as a [`FetchError`]: a refusal of the address
@@ -171,16 +228,50 @@ impl Fetcher {
         let http = builder
             .build()
             .map_err(|e| super::Error::HttpClient(e.to_string()))?;
+        let registry = Registry::new(&RegistryOptions {
+            plain_http: opts.plain_http_registries.clone(),
+            extra_roots_pem: opts.extra_roots_pem.clone(),
+            guard: Some(guard.clone()),
+        })
+        .map_err(|e| super::Error::HttpClient(e.to_string()))?;
         Ok(Fetcher {
             client,
             http,
+            registry,
             guard,
             max_bytes,
+            secrets_namespace: opts.secrets_namespace.clone(),
+            require_signatures: opts.require_signatures,
         })
     }
 
-    /// Fetch the component named by `source`.
-    pub async fn fetch(&self, source: &PluginSourceSpec) -> Result<Fetched, FetchError> {
+    /// Whether every plugin that is not builtin must be signed.
+    pub fn require_signatures(&self) -> bool {
+        self.require_signatures
+    }
+
+    /// Fetch the component named by `source`, and its signatures when
+    /// `signatures` is set (an `oci://` artifact's signature tag, else
+    /// a blob signature next to it: `<url>.sig`, the ConfigMap key
+    /// `<key>.sig`).
+    pub async fn fetch(
+        &self,
+        source: &PluginSourceSpec,
+        signatures: bool,
+    ) -> Result<Fetched, FetchError> {
+        if let Some(reference) = source.url.as_deref().and_then(|u| u.strip_prefix("oci://")) {
+            return self
+                .oci(reference, source.pull_secret.as_deref(), signatures)
+                .await;
+        }
+        let mut fetched = self.fetch_bytes(source).await?;
+        if signatures && !fetched.builtin {
+            fetched.signatures = Some(self.blob_signature(source).await?.into_iter().collect());
+        }
+        Ok(fetched)
+    }
+
+    async fn fetch_bytes(&self, source: &PluginSourceSpec) -> Result<Fetched, FetchError> {
         if let Some(name) = &source.builtin {
             let b = find_builtin(name).ok_or_else(|| FetchError::UnknownBuiltin {
                 name: name.clone(),
@@ -194,6 +285,8 @@ impl Fetcher {
                 bytes: Arc::from(b.wasm),
                 origin: format!("builtin {}", b.crate_name),
                 builtin: true,
+                pinned: None,
+                signatures: None,
             });
         }
         if let Some(cm) = &source.config_map {
@@ -241,6 +334,8 @@ impl Fetcher {
             bytes: Arc::from(bytes.0),
             origin: format!("{what} key {}", src.key),
             builtin: false,
+            pinned: None,
+            signatures: None,
         })
     }
 
@@ -265,6 +360,8 @@ impl Fetcher {
             bytes: Arc::from(bytes),
             origin: what,
             builtin: false,
+            pinned: None,
+            signatures: None,
         })
     }
 
@@ -300,6 +397,120 @@ impl Fetcher {
             bytes: Arc::from(body),
             origin: url.to_owned(),
             builtin: false,
+            pinned: None,
+            signatures: None,
         })
+    }
+
+    /// Pull `oci://<reference>` (and its signatures when asked).
+    async fn oci(
+        &self,
+        reference: &str,
+        pull_secret: Option<&str>,
+        signatures: bool,
+    ) -> Result<Fetched, FetchError> {
+        let parsed = registry::parse(reference)?;
+        let auth = match pull_secret {
+            None => RegistryAuth::Anonymous,
+            Some(name) => self.pull_auth(name, parsed.registry()).await?,
+        };
+        let pulled = self.registry.pull(reference, &auth, self.max_bytes).await?;
+        let found = if signatures {
+            Some(self.registry.signatures(&pulled, &auth).await?)
+        } else {
+            None
+        };
+        Ok(Fetched {
+            origin: format!("oci://{}", pulled.pinned),
+            pinned: Some((format!("oci://{}", pulled.pinned), pulled.manifest_digest)),
+            bytes: Arc::from(pulled.bytes),
+            builtin: false,
+            signatures: found,
+        })
+    }
+
+    /// Registry credentials for `registry` from the `kubernetes.io/dockerconfigjson`
+    /// Secret `name` in the operator's namespace.
+    async fn pull_auth(&self, name: &str, registry: &str) -> Result<RegistryAuth, FetchError> {
+        let failed = |message: String| FetchError::PullSecret {
+            name: name.to_owned(),
+            namespace: self.secrets_namespace.clone(),
+            message,
+        };
+        if self.secrets_namespace.is_empty() {
+            return Err(failed("the operator reads no pull secrets".to_owned()));
+        }
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.secrets_namespace);
+        let secret = api
+            .get_opt(name)
+            .await
+            .map_err(|e| failed(format!("reading it: {e}")))?
+            .ok_or_else(|| failed("not found".to_owned()))?;
+        let config = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(".dockerconfigjson"))
+            .ok_or_else(|| {
+                failed("no .dockerconfigjson key (type kubernetes.io/dockerconfigjson)".to_owned())
+            })?;
+        registry::auth_from_docker_config(&config.0, registry).map_err(failed)
+    }
+
+    /// The blob signature stored next to a component that is not in a
+    /// registry (`None`: there is none).
+    async fn blob_signature(
+        &self,
+        source: &PluginSourceSpec,
+    ) -> Result<Option<FoundSignature>, FetchError> {
+        let text = if let Some(cm) = &source.config_map {
+            let sig = ConfigMapSource {
+                key: format!("{}.sig", cm.key),
+                ..cm.clone()
+            };
+            match self.config_map(&sig).await {
+                Ok(f) => Some(f.bytes.to_vec()),
+                Err(FetchError::NotFound(_)) => {
+                    // `kubectl create configmap --from-file` puts text in `data`.
+                    let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &cm.namespace);
+                    api.get_opt(&cm.name)
+                        .await
+                        .map_err(|e| {
+                            FetchError::Failed(format!(
+                                "reading ConfigMap {}/{}: {e}",
+                                cm.namespace, cm.name
+                            ))
+                        })?
+                        .and_then(|c| c.data)
+                        .and_then(|mut d| d.remove(&sig.key))
+                        .map(String::into_bytes)
+                }
+                Err(e) => return Err(e),
+            }
+        } else if let Some(url) = &source.url {
+            let sig = format!("{url}.sig");
+            let limited = Fetcher {
+                max_bytes: MAX_SIGNATURE_BYTES,
+                ..self.clone()
+            };
+            let got = if let Some(path) = sig.strip_prefix("file://") {
+                limited.file(path).await
+            } else {
+                limited.https(&sig).await
+            };
+            match got {
+                Ok(f) => Some(f.bytes.to_vec()),
+                Err(FetchError::NotFound(_)) => None,
+                Err(e) => return Err(e),
+            }
+        } else {
+            None
+        };
+        Ok(text.and_then(|t| {
+            let s = String::from_utf8(t).ok()?;
+            Some(FoundSignature {
+                payload: None,
+                signature: s.trim().to_owned(),
+            })
+        }))
     }
 }

@@ -38,7 +38,7 @@ pub mod spec;
 mod state;
 pub mod status;
 
-pub(crate) use controller::{Loader, Tenancy, attempt, restore_with, rises};
+pub(crate) use controller::{Loader, Pin, Tenancy, attempt, restore_with, rises};
 pub use controller::{Options, run, run_with};
 pub(crate) use state::{Attempt, Entry, Serving, Stage};
 pub use state::{PluginCatalog, PluginReport};

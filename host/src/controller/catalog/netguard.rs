@@ -69,6 +69,32 @@ impl NetGuard {
         }
     }
 
+    /// Check `host` (`name[:port]` or a literal address): every address a
+    /// name resolves to must be allowed (used before a client that does
+    /// not resolve through the guard, such as the OCI registry client).
+    pub async fn check_host(&self, host: &str) -> Result<(), Refused> {
+        let bare = match host.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !h.ends_with(':') => h,
+            _ => host,
+        };
+        let literal = bare.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(ip) = literal.parse::<IpAddr>() {
+            return self.check(ip);
+        }
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((literal, 0))
+            .await
+            .map_err(|e| Refused(format!("resolving {literal}: {e}")))?
+            .collect();
+        if addrs.is_empty() {
+            return Err(Refused(format!("{literal} resolves to no address")));
+        }
+        for a in addrs {
+            self.check(a.ip())
+                .map_err(|e| Refused(format!("{literal} resolves to {}", e.0)))?;
+        }
+        Ok(())
+    }
+
     /// The redirect policy: https only, at most [`MAX_REDIRECTS`], no loop,
     /// literal addresses checked (names are checked when resolved).
     pub fn redirect_policy(&self) -> reqwest::redirect::Policy {

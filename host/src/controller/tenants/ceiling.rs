@@ -41,6 +41,9 @@ pub struct Ceiling {
     namespaces: Option<Selector>,
     /// Why no namespace may (no policy, or an unusable one).
     closed: String,
+    /// The policy exists but cannot be used (a bad limit or selector):
+    /// nothing may serve, not even offline.
+    unusable: bool,
     sources: BTreeSet<TenantSourceKind>,
     phases: BTreeSet<Phase>,
     emits: BTreeSet<KindRef>,
@@ -73,6 +76,7 @@ impl Ceiling {
         let mut c = Ceiling {
             namespaces: None,
             closed: "no TrainerPluginPolicy named default exists".to_owned(),
+            unusable: false,
             sources: [TenantSourceKind::ConfigMap].into(),
             phases: Phase::ALL
                 .into_iter()
@@ -90,6 +94,7 @@ impl Ceiling {
             Ok(()) => {}
             Err(why) => {
                 c.namespaces = None;
+                c.unusable = true;
                 c.closed = format!("the TrainerPluginPolicy cannot be used: {why}");
             }
         }
@@ -145,7 +150,7 @@ impl Ceiling {
     /// do not know the namespaces' labels), unless it cannot be used at all.
     #[must_use]
     pub fn every_namespace(mut self) -> Self {
-        if !self.closed.contains("cannot be used") {
+        if !self.unusable {
             self.namespaces = Some(Selector::default());
         }
         self
@@ -275,6 +280,14 @@ impl Ceiling {
             TenantSourceKind::ConfigMap
         } else if s.url.as_deref().is_some_and(|u| u.starts_with("https://")) {
             TenantSourceKind::Https
+        } else if s.url.as_deref().is_some_and(|u| u.starts_with("oci://")) {
+            if s.pull_secret.is_some() {
+                return Err((
+                    reason::FOREIGN_SOURCE,
+                    "spec.source.pullSecret: tenant plugins cannot use the operator's registry credentials".to_owned(),
+                ));
+            }
+            TenantSourceKind::Oci
         } else {
             return Err((
                 reason::EXCEEDS_POLICY,
@@ -549,6 +562,10 @@ mod tests {
                 serde_json::json!({"source": {"url": "https://example.com/p.wasm"}}),
                 "Https sources are not allowed",
             ),
+            (
+                serde_json::json!({"source": {"url": "oci://registry.example/p:v1"}}),
+                "Oci sources are not allowed",
+            ),
         ];
         for (extra, want) in cases {
             let (r, m) = ok(extra.clone()).unwrap_err();
@@ -565,6 +582,26 @@ mod tests {
         let (r, m) = c.options("a", &labels(&[]), &spec(cm("b"))).unwrap_err();
         assert_eq!(r, reason::FOREIGN_SOURCE);
         assert!(m.contains("\"b\"") && m.contains("\"a\""), "{m}");
+        // The operator's registry credentials, even where Oci is allowed.
+        let oci = Ceiling::new(
+            Some(&policy(
+                serde_json::json!({"namespaceSelector": {}, "sources": ["Oci"]}),
+            )),
+            &Limits::default(),
+        );
+        let with_secret = |secret: bool| {
+            let mut source = serde_json::json!({"url": "oci://registry.example/p:v1"});
+            if secret {
+                source["pullSecret"] = "regcred".into();
+            }
+            serde_json::from_value::<ClusterTrainerPluginSpec>(serde_json::json!({"source": source, "verification": {"keys": [{"name": "k", "publicKey": "x"}]}})).unwrap()
+        };
+        assert!(oci.options("a", &labels(&[]), &with_secret(false)).is_ok());
+        let (r, m) = oci
+            .options("a", &labels(&[]), &with_secret(true))
+            .unwrap_err();
+        assert_eq!(r, reason::FOREIGN_SOURCE);
+        assert!(m.contains("pullSecret"), "{m}");
     }
 
     #[test]

@@ -29,7 +29,7 @@ use super::ceiling::Ceiling;
 use super::state::{TenantEntry, TenantPlugins};
 use crate::controller::catalog::fetch::{FetchOptions, Fetcher};
 use crate::controller::catalog::{
-    Attempt, Entry, Loader, PluginCatalog, Stage, Tenancy, attempt, restore_with, status,
+    Attempt, Entry, Loader, Pin, PluginCatalog, Stage, Tenancy, attempt, restore_with, status,
 };
 use crate::controller::trainjob::events::{Recorder, Reporter};
 
@@ -403,12 +403,13 @@ async fn decide(
         options: options.clone(),
         check: &check,
     };
+    let pin = Pin::recorded(obj.status.as_ref(), Some(generation));
     let (a, candidate) = attempt(
         &label,
         &obj.spec.plugin,
         &ctx.loader,
         generation,
-        None,
+        pin,
         Some(tenancy),
     )
     .await;
