@@ -1,7 +1,9 @@
 # Trainforge developer entry points. CI runs `.ci/run`, which runs `make demo`
 # and `make test` on a toolchain without the wasm target, as a newcomer would.
 #
-#   make demo          full control plane + our CRDs + the operator; runs an
+#   make demo          full control plane + our CRDs + the operator, and the
+#                      example plugin pushed, signed, to a local OCI registry
+#                      and loaded from it; runs an
 #                      example TrainJob to Complete, then stays up until
 #                      Ctrl-C (DEMO_ARGS="--exit-after 0 --figures" ...)
 #   make test          all tests; control-plane tests are required here
@@ -24,9 +26,16 @@ DEMO_ARGS ?=
 # the features of test-only crates (testenv/Cargo.toml). Otherwise `make test`
 # rebuilds Wasmtime and kube after `make demo`. The runner starts the
 # `trainforge` beside it.
+# The example plugin is built into the builtins' nested target dir (see
+# host/build.rs), reusing their compiled dependencies; the demo pushes it to
+# a local OCI registry, signed, and loads it from there.
+PLUGIN_TARGET_DIR := $(TARGET_DIR)/debug/plugin-target
+EXAMPLE_PLUGIN := $(PLUGIN_TARGET_DIR)/wasm32-wasip2/plugin/plugin_minimal.wasm
+
 demo: preflight controlplane
 	$(CARGO) build -p trainforge -p trainforge-testenv -p trainforge-sdk --lib --bins
-	"$(TARGET_DIR)/debug/trainforge-demo" $(DEMO_ARGS)
+	CARGO_TARGET_DIR="$(PLUGIN_TARGET_DIR)" $(CARGO) build --profile plugin --target wasm32-wasip2 -p plugin-minimal
+	"$(TARGET_DIR)/debug/trainforge-demo" --oci-plugin "$(EXAMPLE_PLUGIN)" $(DEMO_ARGS)
 
 # Control-plane tests are required: a missing binary fails instead of skipping.
 # The Kubeflow Python SDK suite (host/tests/kubeflow_sdk.rs runs testenv/sdk)

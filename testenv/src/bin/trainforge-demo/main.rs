@@ -6,7 +6,11 @@
 //!    the examples other than TrainJobs (by default the shipped
 //!    `torch-distributed` runtime and `examples/clustertrainingruntime-multi-node.yaml`);
 //! 3. start the operator (`trainforge operator`, log in the environment's
-//!    `logs/operator.log`) and wait for its `/readyz`;
+//!    `logs/operator.log`) and wait for its `/readyz`; with `--oci-plugin`,
+//!    first start a local OCI registry, push and sign that component with
+//!    `trainforge plugin push --sign-key`, and, once the operator is ready,
+//!    load it through a `ClusterTrainerPlugin` (`oci://` tag, signature
+//!    verified);
 //! 4. apply the example TrainJobs (by default `default/demo` of
 //!    `examples/trainjob-torch-distributed.yaml`) and print a live view of each
 //!    (state, JobSet, pod phases) until it is `Complete` or `Failed`, then its
@@ -43,6 +47,7 @@ mod apply;
 mod diagnose;
 mod live_view;
 mod operator;
+mod publish;
 
 use apply::{apply_docs, apply_plugins, is_trainjob, load_examples};
 use diagnose::{diagnose, http_get};
@@ -88,6 +93,11 @@ struct Args {
     /// Start api mode (etcd + kube-apiserver only, no operator) instead of full mode.
     #[arg(long)]
     api_only: bool,
+    /// A plugin component (`.wasm`) to publish to a local OCI registry,
+    /// signed, and load as the `ClusterTrainerPlugin` `example-minimal`
+    /// (full mode; `make demo` passes the example plugin).
+    #[arg(long)]
+    oci_plugin: Option<PathBuf>,
 }
 
 /// Why the demo stops with a failure.
@@ -158,6 +168,9 @@ enum DemoError {
     /// Ctrl-C or SIGTERM before the TrainJobs finished.
     #[error("interrupted")]
     Interrupted,
+    /// Publishing or loading the `--oci-plugin` failed.
+    #[error("the OCI plugin: {0}")]
+    Publish(String),
 }
 
 #[tokio::main]
@@ -281,6 +294,8 @@ async fn run(
     let (trainjob_docs, others): (Vec<_>, Vec<_>) =
         docs.into_iter().partition(|(_, d)| is_trainjob(d));
     apply_docs(&client, &others).await;
+    // The example plugin's registry, kept until the demo ends.
+    let registry = &mut None;
     match operator_bin {
         None => {
             apply_docs(&client, &trainjob_docs).await;
@@ -289,6 +304,23 @@ async fn run(
             );
         }
         Some(bin) => {
+            let published = match &args.oci_plugin {
+                None => None,
+                Some(wasm) => {
+                    let p = publish::publish(env, bin, wasm).await?;
+                    println!(
+                        "demo: local OCI registry at {}; pushed and signed {} as {}",
+                        p.registry.addr(),
+                        shown(wasm),
+                        p.pinned
+                    );
+                    Some(p)
+                }
+            };
+            let extra = published
+                .as_ref()
+                .map(publish::Published::operator_args)
+                .unwrap_or_default();
             // The admission webhooks, as shipped, called through a local
             // front (the Service of a real cluster). Registered before the
             // operator starts: it writes its CA bundle into them.
@@ -298,7 +330,7 @@ async fn run(
                 "demo: admission webhooks registered (https://{}, operator-managed certificates)",
                 front.addr()
             );
-            let op = operator.insert(Operator::start(env, bin, &front)?);
+            let op = operator.insert(Operator::start(env, bin, &front, &extra)?);
             // The front lives as long as the demo.
             std::mem::forget(front);
             println!(
@@ -317,6 +349,14 @@ async fn run(
                 started.elapsed().as_secs_f64(),
                 op.addr
             );
+            if let Some(p) = &published {
+                tokio::select! {
+                    r = publish::load(&client, p, Duration::from_secs(args.timeout)) => r?,
+                    _ = shutdown_signal() => return Err(DemoError::Interrupted),
+                }
+            }
+            // The registry lives as long as the demo.
+            *registry = published;
             let trainjobs = apply_docs(&client, &trainjob_docs).await;
             if !trainjobs.is_empty() {
                 tokio::select! {

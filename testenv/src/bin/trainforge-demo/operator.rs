@@ -23,7 +23,13 @@ impl Operator {
     /// Spawn `bin operator …` against `env` from a dedicated thread.
     /// Its admission server listens on a free port of 127.0.0.1, behind
     /// `front` (the webhook configurations call the front).
-    pub(crate) fn start(env: &TestEnv, bin: &Path, front: &Front) -> Result<Operator, DemoError> {
+    /// `extra` flags are appended.
+    pub(crate) fn start(
+        env: &TestEnv,
+        bin: &Path,
+        front: &Front,
+        extra: &[String],
+    ) -> Result<Operator, DemoError> {
         let port = ports::free_port()?;
         let addr = format!("127.0.0.1:{port}");
         let webhook = std::net::SocketAddr::from(([127, 0, 0, 1], ports::free_port()?));
@@ -48,6 +54,7 @@ impl Operator {
         ]
         .iter()
         .map(|s| s.to_string())
+        .chain(extra.iter().cloned())
         .collect();
         let kubeconfig = env.kubeconfig().to_string_lossy().into_owned();
         let bin = bin.to_path_buf();
