@@ -203,8 +203,7 @@ pub fn push(a: &PushArgs) -> Result<(), CliError> {
     let key = key.as_deref().map(SigningKey::from_pem).transpose()?;
     let (registry, auth) = a.registry.client(reference)?;
     tokio()?.block_on(async {
-        registry.push(reference, &component, &auth).await?;
-        let pulled = registry.pull(reference, &auth, MAX_COMPONENT_BYTES).await?;
+        let pulled = registry.push(reference, &component, &auth).await?;
         if let Some(key) = &key {
             sign_pulled(&registry, &pulled, key, &auth).await?;
         }

@@ -337,14 +337,14 @@ impl Registry {
         .await
     }
 
-    /// Push `component` to `reference` as a Wasm artifact; returns the
-    /// manifest digest.
+    /// Push `component` to `reference` as a Wasm artifact; returns it as
+    /// it would be pulled (pinned to the manifest digest pushed).
     pub async fn push(
         &self,
         reference: &str,
         component: &[u8],
         auth: &RegistryAuth,
-    ) -> Result<String, RegistryError> {
+    ) -> Result<Pulled, RegistryError> {
         let r = parse(reference)?;
         self.check_host(&r).await?;
         artifact::check_wasm_magic(component).map_err(|source| RegistryError::Artifact {
@@ -371,7 +371,14 @@ impl Registry {
             self.push_manifest(&r, a.manifest.clone()).await
         })
         .await?;
-        Ok(a.digest())
+        let repository = repository_of(&r);
+        let manifest_digest = a.digest();
+        Ok(Pulled {
+            bytes: component.to_vec(),
+            pinned: format!("{repository}@{manifest_digest}"),
+            manifest_digest,
+            repository,
+        })
     }
 
     async fn push_manifest(&self, r: &Reference, manifest: Vec<u8>) -> Result<(), RegistryError> {
