@@ -109,6 +109,11 @@ async fn removals_are_applied_and_unchanged_objects_are_not_written() {
     let out = apply(&client, &resource, true, &first, None, &uid, &memo)
         .await
         .unwrap();
+    assert!(
+        out.1.as_ref().is_some_and(|o| o.metadata.uid.is_some()),
+        "a written object comes back as the API server stored it"
+    );
+    let out = out.0;
     assert_eq!(out, Outcome::Created);
 
     // Another manager adds labels of its own (not to the nodeSelector: it is
@@ -138,7 +143,8 @@ async fn removals_are_applied_and_unchanged_objects_are_not_written() {
         &AppliedMemo::default(),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .0;
     assert_eq!(
         out,
         Outcome::Unchanged,
@@ -151,7 +157,8 @@ async fn removals_are_applied_and_unchanged_objects_are_not_written() {
     let second = deployment(&ns, &owner, None, true);
     let out = apply(&client, &resource, true, &second, Some(&live), &uid, &memo)
         .await
-        .unwrap();
+        .unwrap()
+        .0;
     assert_eq!(out, Outcome::Updated);
     let live = get().await;
     let json = serde_json::to_value(&live).unwrap();
@@ -178,7 +185,8 @@ async fn removals_are_applied_and_unchanged_objects_are_not_written() {
     for memo in [&memo, &AppliedMemo::default()] {
         let out = apply(&client, &resource, true, &second, Some(&live), &uid, memo)
             .await
-            .unwrap();
+            .unwrap()
+            .0;
         assert_eq!(out, Outcome::Unchanged);
     }
     assert_eq!(get().await.metadata.resource_version, rv, "nothing written");
@@ -194,7 +202,8 @@ async fn removals_are_applied_and_unchanged_objects_are_not_written() {
     let live = get().await;
     let out = apply(&client, &resource, true, &second, Some(&live), &uid, &memo)
         .await
-        .unwrap();
+        .unwrap()
+        .0;
     assert_eq!(out, Outcome::Updated);
     let live = get().await;
     assert_eq!(

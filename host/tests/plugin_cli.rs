@@ -1,4 +1,4 @@
-//! `trainforge plugin inspect|run|bench` end to end, through the binary.
+//! `trainforge plugin inspect|run|bench|precompile` end to end, through the binary.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -431,4 +431,109 @@ fn run_as_a_tenant_plugin_within_the_ceiling() {
             assert!(err.contains(w), "{extra}: {w:?} missing in {err}");
         }
     }
+}
+
+/// `plugin precompile` writes an artifact per builtin that a runtime
+/// configured like the operator's loads as shipped (no compile), never
+/// writing into or evicting from the shipped directory; a shipped artifact
+/// that is corrupt, or for another component, is ignored and the component
+/// compiled into the operator's own cache instead.
+#[test]
+fn precompiled_builtins_ship_beside_the_binary() {
+    use trainforge::plugin::{CacheOutcome, PluginRuntime, RuntimeConfig, builtin};
+    let shipped = tempfile::tempdir().unwrap();
+    let out = shipped.path().join("artifacts");
+    let (ok, stdout, stderr) =
+        trainforge(&["plugin", "precompile", "--out", out.to_str().unwrap()]);
+    assert!(ok, "{stdout}{stderr}");
+    let listing = || {
+        let mut names: Vec<(String, Vec<u8>)> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                (
+                    p.file_name().unwrap().to_string_lossy().into_owned(),
+                    std::fs::read(&p).unwrap(),
+                )
+            })
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
+    let cwasm = before.iter().filter(|(n, _)| n.ends_with(".cwasm")).count();
+    assert_eq!(
+        cwasm,
+        builtin::all().len(),
+        "one artifact per builtin: {stdout}"
+    );
+    assert!(!builtin::all().is_empty());
+
+    let cache = tempfile::tempdir().unwrap();
+    let rt = || {
+        PluginRuntime::new(RuntimeConfig {
+            cache_dir: Some(cache.path().to_owned()),
+            shipped_artifacts: Some(out.clone()),
+            ..RuntimeConfig::default()
+        })
+        .unwrap()
+    };
+    let runtime = rt();
+    for b in builtin::all() {
+        let (_, o) = runtime.load_traced(b.trusted_source()).unwrap();
+        assert_eq!(o, CacheOutcome::Shipped, "{}", b.crate_name);
+    }
+    assert_eq!(
+        std::fs::read_dir(cache.path()).unwrap().count(),
+        0,
+        "nothing compiled into the operator's cache"
+    );
+    assert_eq!(listing(), before, "the shipped directory is only read");
+
+    // Corrupt one shipped artifact: that builtin compiles (into the cache),
+    // the shipped file stays as it was.
+    let victim = before
+        .iter()
+        .find(|(n, _)| n.ends_with(".cwasm"))
+        .map(|(n, _)| out.join(n))
+        .unwrap();
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&victim, &bytes).unwrap();
+    let corrupted = listing();
+    let runtime = rt();
+    let outcomes: Vec<CacheOutcome> = builtin::all()
+        .iter()
+        .map(|b| runtime.load_traced(b.trusted_source()).unwrap().1)
+        .collect();
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| **o == CacheOutcome::Compiled)
+            .count(),
+        1,
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| **o == CacheOutcome::Shipped)
+            .count(),
+        builtin::all().len() - 1
+    );
+    assert_eq!(
+        listing(),
+        corrupted,
+        "a bad shipped artifact is not rewritten or removed"
+    );
+
+    // Another component with no shipped artifact is compiled as before.
+    let (_, o) = runtime
+        .load_traced(trainforge::plugin::PluginSource::new(
+            "minimal",
+            std::fs::read(minimal_wasm()).unwrap(),
+        ))
+        .unwrap();
+    assert_eq!(o, CacheOutcome::Compiled);
 }

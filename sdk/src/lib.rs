@@ -90,6 +90,13 @@ use serde_json::Value;
 ///
 /// A fresh value (`Default`) is created for every call: plugins are
 /// stateless between calls (the host runs each call in a fresh instance).
+///
+/// The reconcile phases and `build` must depend only on the TrainJob
+/// without its status, the info, the configuration and what they read
+/// through the host: the operator reuses their last result while none of
+/// that changed (an object read is compared without its status), and calls
+/// them again at least once per resync period. `status` is called on every
+/// reconcile.
 pub trait Plugin: Default {
     /// Name, versions, policy keys, phases and the kinds the plugin emits and
     /// reads. The host only calls phases listed here.

@@ -31,6 +31,9 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 use trainforge_api::plugin::KindRef;
+use trainforge_api::trainer::v1alpha1::constants::{
+    CLUSTER_TRAINING_RUNTIME_KIND, GROUP, TRAINING_RUNTIME_KIND, VERSION,
+};
 
 use super::catalog::PluginCatalog;
 use super::ops::health::{self, Readiness, ReadyFlag};
@@ -59,6 +62,15 @@ pub struct OperatorArgs {
     /// Directory for precompiled plugin artifacts (none: compile in memory).
     #[arg(long)]
     pub plugin_cache_dir: Option<PathBuf>,
+    /// Precompiled builtin plugins shipped with the binary
+    /// (`trainforge plugin precompile --out DIR`), read before compiling
+    /// anything; default `trainforge-artifacts` next to the executable when
+    /// that directory exists.
+    #[arg(long, conflicts_with = "no_plugin_artifacts")]
+    pub plugin_artifacts_dir: Option<PathBuf>,
+    /// Compile every plugin, ignoring shipped artifacts.
+    #[arg(long)]
+    pub no_plugin_artifacts: bool,
     /// Serve the builtin plugin set and ignore `ClusterTrainerPlugin`s.
     #[arg(long)]
     pub builtin_plugins: bool,
@@ -147,9 +159,13 @@ pub enum OperatorError {
 /// Kinds watched whatever the plugins declare: the runtime snapshot
 /// ConfigMaps (the host writes them) and JobSets (deadline deletion).
 fn host_kinds() -> BTreeSet<KindRef> {
+    let trainer = format!("{GROUP}/{VERSION}");
     [
         KindRef::new("v1", "ConfigMap"),
         KindRef::new("jobset.x-k8s.io/v1alpha2", "JobSet"),
+        // Runtimes are read from the cache when a TrainJob is first built.
+        KindRef::new(trainer.clone(), TRAINING_RUNTIME_KIND),
+        KindRef::new(trainer, CLUSTER_TRAINING_RUNTIME_KIND),
     ]
     .into_iter()
     .collect()
@@ -203,6 +219,11 @@ pub async fn run(
     let compiler = plugin::Compiler::this_executable().map_err(OperatorError::Compiler)?;
     let runtime = Arc::new(PluginRuntime::new(RuntimeConfig {
         cache_dir: args.plugin_cache_dir.clone(),
+        shipped_artifacts: if args.no_plugin_artifacts {
+            None
+        } else {
+            shipped_artifacts(args.plugin_artifacts_dir.as_deref())
+        },
         compiler,
         compile_limits: plugin::CompileLimits {
             timeout: Duration::from_secs(args.plugin_compile_timeout_seconds.max(1)),
@@ -213,6 +234,14 @@ pub async fn run(
         },
         ..RuntimeConfig::default()
     })?);
+    match &runtime.config().shipped_artifacts {
+        Some(dir) => {
+            info!(dir = %dir.display(), "precompiled builtin plugins are read from here first")
+        }
+        None => info!(
+            "no precompiled builtin plugins: builtins are compiled or read from the plugin cache"
+        ),
+    }
     runtime.set_observer(metrics.clone());
 
     // Every replica loads the plugins and keeps the watch caches: each one
@@ -464,6 +493,18 @@ pub async fn run(
 }
 
 /// How https plugin sources are fetched, from the flags.
+/// The directory of shipped artifacts: `flag` when given, else
+/// `trainforge-artifacts` beside the executable if it is a directory.
+fn shipped_artifacts(flag: Option<&std::path::Path>) -> Option<PathBuf> {
+    match flag {
+        Some(p) => Some(p.to_owned()),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|exe| Some(exe.parent()?.join("trainforge-artifacts")))
+            .filter(|d| d.is_dir()),
+    }
+}
+
 fn fetch_options(
     args: &OperatorArgs,
 ) -> Result<super::catalog::fetch::FetchOptions, OperatorError> {

@@ -17,6 +17,9 @@ pub enum CacheOutcome {
     Memory,
     /// Loaded from a precompiled artifact on disk.
     Disk,
+    /// Loaded from an artifact shipped with the operator (precompiled when
+    /// the binary was packaged: `trainforge plugin precompile`).
+    Shipped,
     /// Compiled now (and written to the caches).
     Compiled,
 }
@@ -82,6 +85,8 @@ impl Drop for Permit<'_> {
 /// The compiled-component cache.
 pub(crate) struct ArtifactCache {
     dir: Option<PathBuf>,
+    /// Artifacts shipped beside the binary: read, never written or evicted.
+    shipped: Option<PathBuf>,
     engine_hash: String,
     memory: Mutex<HashMap<String, Component>>,
     /// Compilations that may run at once (see `get_or_compile`).
@@ -93,9 +98,15 @@ pub(crate) struct ArtifactCache {
 }
 
 impl ArtifactCache {
-    pub(crate) fn new(engine: &Engine, dir: Option<PathBuf>, parallel_compiles: usize) -> Self {
+    pub(crate) fn new(
+        engine: &Engine,
+        dir: Option<PathBuf>,
+        shipped: Option<PathBuf>,
+        parallel_compiles: usize,
+    ) -> Self {
         ArtifactCache {
             dir,
+            shipped,
             engine_hash: engine_hash(engine),
             memory: Mutex::new(HashMap::new()),
             compiling: Permits::new(parallel_compiles),
@@ -113,7 +124,8 @@ impl ArtifactCache {
     }
 
     /// Get the compiled component for `bytes` (digest `sha256`): from
-    /// memory, from a disk artifact, or by calling `compile` (which returns
+    /// memory, from a shipped artifact, from a disk artifact, or by calling
+    /// `compile` (which returns
     /// the component and its artifact) and caching the result. A `tenant`
     /// component compiles in the tenants' own slot.
     pub(crate) fn get_or_compile<E>(
@@ -127,6 +139,20 @@ impl ArtifactCache {
         let key = self.key(sha256);
         if let Some(c) = self.memory.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok((c, CacheOutcome::Memory));
+        }
+        // Shipped artifacts are keyed like the cache (component digest and
+        // engine configuration), so only the very component compiled by
+        // this wasmtime configuration matches; wasmtime also refuses one
+        // built for other CPU features, and then it is compiled here.
+        if let Some(dir) = &self.shipped {
+            match trainforge_precompiled::load(engine, dir, &key) {
+                Ok(c) => {
+                    self.remember(&key, &c);
+                    return Ok((c, CacheOutcome::Shipped));
+                }
+                Err(trainforge_precompiled::LoadError::Missing) => {}
+                Err(e) => tracing::warn!(key, error = %e, "ignoring shipped artifact"),
+            }
         }
         if let Some(dir) = &self.dir {
             match trainforge_precompiled::load(engine, dir, &key) {
@@ -185,13 +211,14 @@ impl ArtifactCache {
         }
     }
 
-    /// Whether a component with cache key `key` is cached (memory or disk).
+    /// Whether a component with cache key `key` is cached (memory, shipped
+    /// or disk).
     pub(crate) fn contains(&self, key: &str) -> bool {
         self.memory.lock().is_ok_and(|m| m.contains_key(key))
-            || self
-                .dir
-                .as_ref()
-                .is_some_and(|d| trainforge_precompiled::paths(d, key).0.exists())
+            || [&self.dir, &self.shipped]
+                .into_iter()
+                .flatten()
+                .any(|d| trainforge_precompiled::paths(d, key).0.exists())
     }
 
     fn remember(&self, key: &str, c: &Component) {

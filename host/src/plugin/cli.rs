@@ -1,8 +1,8 @@
 //! `trainforge plugin ...` subcommands for plugin authors.
 
 use super::{
-    CallScope, Compiler, Grants, LoadedPlugin, Owner, PhaseInput, PluginRuntime, PluginSet,
-    PluginSource, RuntimeConfig, StaticObjects, ValidateInput, compile, sample,
+    CacheOutcome, CallScope, Compiler, Grants, LoadedPlugin, Owner, PhaseInput, PluginRuntime,
+    PluginSet, PluginSource, RuntimeConfig, StaticObjects, ValidateInput, builtin, compile, sample,
 };
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -95,6 +95,16 @@ pub enum PluginCommand {
         /// Plugin configuration (JSON).
         #[arg(long)]
         config: Option<PathBuf>,
+    },
+    /// Compile every builtin plugin for this binary's wasmtime
+    /// configuration into `out`, to ship beside the binary: the operator
+    /// loads them from there (`--plugin-artifacts-dir`, by default
+    /// `trainforge-artifacts` next to its executable) instead of compiling
+    /// at start. Artifacts for another binary or CPU are ignored there.
+    Precompile {
+        /// The directory to write (created if missing).
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Write a new ECDSA P-256 signing key pair (`<out>.key`, `<out>.pub`).
     Keygen(crate::oci::cli::KeygenArgs),
@@ -192,6 +202,40 @@ pub fn cli_runtime() -> Result<PluginRuntime, Error> {
         compiler,
         ..RuntimeConfig::default()
     })?)
+}
+
+/// `trainforge plugin precompile --out DIR`: every builtin compiled into
+/// `DIR` with the operator's engine configuration (the same cache keys the
+/// operator looks up). Builtins are part of this binary, so they compile in
+/// this process.
+fn precompile(out: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(out).map_err(|source| Error::Read {
+        path: out.to_owned(),
+        source,
+    })?;
+    let rt = PluginRuntime::new(RuntimeConfig {
+        cache_dir: Some(out.to_owned()),
+        ..RuntimeConfig::default()
+    })?;
+    for b in builtin::all() {
+        let started = Instant::now();
+        let (_, outcome) = rt.load_traced(b.trusted_source())?;
+        println!(
+            "{}: {} in {} ms",
+            b.crate_name,
+            match outcome {
+                CacheOutcome::Compiled => "compiled",
+                _ => "already there",
+            },
+            started.elapsed().as_millis()
+        );
+    }
+    println!(
+        "{} builtin plugins precompiled into {}",
+        builtin::all().len(),
+        out.display()
+    );
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<String, Error> {
@@ -309,6 +353,9 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
         return compile::run_worker(&super::engine::base_config(), *memory_bytes, input, output)
             .map_err(Error::Worker);
     }
+    if let PluginCommand::Precompile { out } = &cmd {
+        return precompile(out);
+    }
     match &cmd {
         PluginCommand::Keygen(a) => return Ok(crate::oci::cli::keygen(a)?),
         PluginCommand::Push(a) => return Ok(crate::oci::cli::push(a)?),
@@ -320,6 +367,7 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
     let rt = cli_runtime()?;
     match cmd {
         PluginCommand::CompileWorker { .. }
+        | PluginCommand::Precompile { .. }
         | PluginCommand::Keygen(_)
         | PluginCommand::Push(_)
         | PluginCommand::Pull(_)

@@ -48,6 +48,10 @@ pub struct RuntimeConfig {
     pub epoch_tick: Duration,
     /// Directory for precompiled artifacts; `None` = memory cache only.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Directory of artifacts precompiled when the operator was packaged
+    /// (`trainforge plugin precompile --out DIR`): consulted before
+    /// `cache_dir`, never written. `None` = none shipped.
+    pub shipped_artifacts: Option<std::path::PathBuf>,
     /// Largest component accepted, in bytes. Default 32 MiB.
     pub max_component_bytes: usize,
     /// Default limits of every call (a plugin's grants may override them).
@@ -72,6 +76,7 @@ impl std::fmt::Debug for RuntimeConfig {
         f.debug_struct("RuntimeConfig")
             .field("epoch_tick", &self.epoch_tick)
             .field("cache_dir", &self.cache_dir)
+            .field("shipped_artifacts", &self.shipped_artifacts)
             .field("max_component_bytes", &self.max_component_bytes)
             .field("limits", &self.limits)
             .field("max_concurrent_calls", &self.max_concurrent_calls)
@@ -92,6 +97,7 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             epoch_tick: Duration::from_millis(10),
             cache_dir: None,
+            shipped_artifacts: None,
             max_component_bytes: Self::DEFAULT_MAX_COMPONENT_BYTES,
             limits: Limits::default(),
             max_concurrent_calls: 256,

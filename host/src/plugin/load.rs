@@ -69,6 +69,7 @@ impl PluginRuntime {
         let cache = ArtifactCache::new(
             &engine.engine,
             config.cache_dir.clone(),
+            config.shipped_artifacts.clone(),
             config.compiler.parallelism(),
         );
         let observer = Arc::new(ObserverSlot::new(config.observer.clone()));

@@ -64,7 +64,7 @@ pub use load::{DESCRIBE_TIMEOUT, PluginRuntime, wit_compatible};
 pub use observe::CallObserver;
 pub use output_check::Owner;
 pub use pod_policy::PodGrants;
-pub use sandbox::{CallScope, Grants};
+pub use sandbox::{CallScope, Grants, HostInputs, record_host_inputs};
 pub use set::{
     CallOutcome, CallRecord, PluginFieldError, PluginSet, ReconcileOutput, StatusOutput,
     ValidateBudget, ValidateOutput,

@@ -141,7 +141,10 @@ impl CallState {
         b.insecure_random_seed(0);
         // WASI random hands out host-allocated buffers: keep them small.
         b.max_random_size(4096);
-        if !plugin.clock {
+        if plugin.clock {
+            // The real clock is an input the host cannot see being read.
+            note_opaque();
+        } else {
             b.wall_clock(FrozenClock);
             b.monotonic_clock(FrozenClock);
         }
@@ -180,6 +183,49 @@ impl WasiView for CallState {
             table: &mut self.table,
         }
     }
+}
+
+/// What plugins called on one thread took from outside their arguments,
+/// while [`record_host_inputs`] runs.
+#[derive(Debug, Default)]
+pub struct HostInputs {
+    /// Objects read through `get-object`: `(kind, namespace, name)`.
+    pub reads: Vec<(KindRef, String, String)>,
+    /// Random bytes, or a granted real clock, were handed out.
+    pub opaque: bool,
+}
+
+thread_local! {
+    static HOST_INPUTS: std::cell::RefCell<Option<HostInputs>> = const { std::cell::RefCell::new(None) };
+}
+
+fn note_read(kind: &KindRef, namespace: &str, name: &str) {
+    HOST_INPUTS.with(|c| {
+        if let Some(h) = c.borrow_mut().as_mut() {
+            h.reads
+                .push((kind.clone(), namespace.to_owned(), name.to_owned()));
+        }
+    });
+}
+
+fn note_opaque() {
+    HOST_INPUTS.with(|c| {
+        if let Some(h) = c.borrow_mut().as_mut() {
+            h.opaque = true;
+        }
+    });
+}
+
+/// Run `f` and return, with its result, what the plugins it called on this
+/// thread took from outside their arguments. Plugin calls are synchronous
+/// on the caller's thread, so this sees every call `f` makes.
+pub fn record_host_inputs<T>(f: impl FnOnce() -> T) -> (T, HostInputs) {
+    let previous = HOST_INPUTS.with(|c| c.replace(Some(HostInputs::default())));
+    let out = f();
+    let taken = HOST_INPUTS
+        .with(|c| c.replace(previous))
+        .unwrap_or_default();
+    (out, taken)
 }
 
 /// A clock stuck at zero: plugins get no time unless granted `clock`.
@@ -325,6 +371,7 @@ impl host::Host for CallState {
         } else {
             String::new()
         };
+        note_read(&kind, &namespace, &name);
         self.objects
             .get(&kind, &namespace, &name)
             .map_err(|e| wit::HostError::Unavailable(bounded::message(&e)))
@@ -343,6 +390,7 @@ impl host::Host for CallState {
             ));
         }
         self.random_bytes += len;
+        note_opaque();
         let mut buf = vec![0u8; len];
         getrandom::fill(&mut buf).map_err(|e| wit::HostError::Unavailable(e.to_string()))?;
         Ok(buf)

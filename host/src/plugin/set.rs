@@ -157,9 +157,26 @@ impl ValidateBudget {
 
 /// An ordered set of plugins run as the Trainer framework pipeline. Cheap
 /// to clone (one `Arc`), `Send + Sync`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct PluginSet {
     plugins: Arc<[LoadedPlugin]>,
+    /// Unique in this process: every set built gets its own (clones share it).
+    id: u64,
+}
+
+/// The next [`PluginSet::id`].
+fn next_set_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Default for PluginSet {
+    fn default() -> Self {
+        PluginSet {
+            plugins: Arc::from(Vec::new()),
+            id: next_set_id(),
+        }
+    }
 }
 
 /// Apply `p`'s failure policy to `r`: `Ignore` turns an error into a
@@ -208,7 +225,14 @@ impl PluginSet {
         }
         Ok(PluginSet {
             plugins: plugins.into(),
+            id: next_set_id(),
         })
+    }
+
+    /// This set's identity: two sets with the same id are the same plugins
+    /// with the same settings (ids are never reused within a process).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The plugins, in order.

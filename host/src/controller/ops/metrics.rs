@@ -13,6 +13,7 @@
 //! | `trainforge_apply_errors_total` | `kind` | server-side-apply errors |
 //! | `trainforge_api_writes_total` | `verb`, `kind` | every write the operator makes |
 //! | `trainforge_noop_resyncs_total` | – | reconciles that wrote nothing |
+//! | `trainforge_renders_reused_total` | – | reconciles that reused the TrainJob's last render (no plugin reconcile phase or build called) |
 //! | `trainforge_trainjob_create_to_jobset_ready_seconds` | – | TrainJob creation → JobSet ready (histogram) |
 //! | `trainforge_plugin_calls_total` | `plugin`, `phase` | plugin calls |
 //! | `trainforge_plugin_call_duration_seconds` | `plugin`, `phase` | plugin call latency, 1 µs – 4 s buckets |
@@ -154,6 +155,7 @@ pub struct Metrics {
     apply_errors: Family<KindLabels, Counter>,
     api_writes: Family<WriteLabels, Counter>,
     noop_resyncs: Counter,
+    renders_reused: Counter,
     jobset_ready: Histogram,
     plugin_calls: Family<PluginPhaseLabels, Counter>,
     plugin_call_duration: HistogramFamily<PluginPhaseLabels>,
@@ -215,6 +217,12 @@ impl Metrics {
             "trainforge_noop_resyncs",
             "Reconciles that found nothing to change and wrote nothing",
             noop_resyncs.clone(),
+        );
+        let renders_reused = Counter::default();
+        registry.register(
+            "trainforge_renders_reused",
+            "Reconciles that reused the TrainJob's last render: nothing it depends on changed",
+            renders_reused.clone(),
         );
         let jobset_ready = Histogram::new(exponential_buckets(0.05, 2.0, 14));
         registry.register(
@@ -310,6 +318,7 @@ impl Metrics {
             apply_errors,
             api_writes,
             noop_resyncs,
+            renders_reused,
             jobset_ready,
             plugin_calls,
             plugin_call_duration,
@@ -369,6 +378,11 @@ impl Metrics {
     /// Count one reconcile that found nothing to change and wrote nothing.
     pub fn noop_resync(&self) {
         self.noop_resyncs.inc();
+    }
+
+    /// Count a reconcile that reused the last render.
+    pub fn render_reused(&self) {
+        self.renders_reused.inc();
     }
 
     /// Observe the time from a TrainJob's creation to its JobSet being ready.
@@ -542,6 +556,7 @@ mod tests {
             "trainforge_apply_errors_total",
             "trainforge_api_writes_total",
             "trainforge_noop_resyncs_total",
+            "trainforge_renders_reused_total",
             "trainforge_trainjob_create_to_jobset_ready_seconds",
             "trainforge_plugin_calls_total",
             "trainforge_plugin_call_duration_seconds",

@@ -132,6 +132,12 @@ impl AppliedMemo {
         }
     }
 
+    /// Whether this process applied the object `key` (and has not forgotten
+    /// it since).
+    pub fn knows(&self, key: &ObjectKey) -> bool {
+        self.seen.lock().is_ok_and(|s| s.contains_key(key))
+    }
+
     /// Forget objects for which `exists(kind, namespace, name)` is false (deleted, or of a kind no longer watched: the memo is only
     /// consulted with a live object). Returns how many were dropped.
     pub fn retain_existing(&self, exists: impl Fn(&KindRef, &str, &str) -> bool) -> usize {
@@ -406,7 +412,7 @@ pub async fn apply(
     live: Option<&DynamicObject>,
     owner_uid: &str,
     memo: &AppliedMemo,
-) -> Result<Outcome, ApplyError> {
+) -> Result<(Outcome, Option<DynamicObject>), ApplyError> {
     let name = object
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -430,7 +436,7 @@ pub async fn apply(
             return Err(collision(holder));
         }
         if memo.matches(object, live.metadata.resource_version.as_deref()) {
-            return Ok(Outcome::Unchanged);
+            return Ok((Outcome::Unchanged, None));
         }
         let api_version = object
             .get("apiVersion")
@@ -441,7 +447,7 @@ pub async fn apply(
             && up_to_date(owned, &live_json, object)
         {
             memo.record(object, live.metadata.resource_version.clone());
-            return Ok(Outcome::Unchanged);
+            return Ok((Outcome::Unchanged, None));
         }
     }
     let api: Api<DynamicObject> = if namespaced {
@@ -504,7 +510,7 @@ pub async fn apply(
         },
     };
     memo.record(object, applied.metadata.resource_version.clone());
-    Ok(outcome)
+    Ok((outcome, Some(applied)))
 }
 
 #[cfg(test)]

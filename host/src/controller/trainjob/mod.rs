@@ -15,6 +15,12 @@
 //!    changed;
 //! 5. Events for the important transitions ([`events`]).
 //!
+//! A TrainJob is reconciled when it changes apart from its status (the
+//! operator's own status writes trigger nothing), when an object it
+//! controls changes, and every resync period. Steps 3's plugin calls and
+//! apply are skipped when nothing the last render depended on changed
+//! ([`render_memo`]).
+//!
 //! Child objects of every kind the plugins declared are watched
 //! ([`objects`]) and map back to their controlling TrainJob. A TrainJob
 //! that found no plugin set able to serve it, or no serving plugin for a
@@ -27,6 +33,7 @@ pub mod events;
 pub mod legacy;
 pub mod objects;
 pub mod reconcile;
+pub mod render_memo;
 pub mod serving;
 pub mod snapshot;
 
@@ -39,8 +46,8 @@ use futures::StreamExt;
 use kube::Api;
 use kube::runtime::Controller;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -137,6 +144,9 @@ pub struct Context {
     pub recorder: Recorder,
     /// What was applied last, for no-op detection.
     pub memo: apply::AppliedMemo,
+    /// Each TrainJob's last render, reused while nothing it depends on
+    /// changes.
+    pub renders: render_memo::RenderMemo,
     /// Consecutive failures per TrainJob, for the retry backoff.
     failures: Mutex<HashMap<ObjectRef<TrainJob>, u32>>,
     /// TrainJobs whose last reconcile found no plugin set able to serve
@@ -176,6 +186,7 @@ impl Context {
             metrics,
             recorder,
             memo: apply::AppliedMemo::default(),
+            renders: render_memo::RenderMemo::default(),
             failures: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashSet::new()),
             patches_reported: Mutex::new(HashMap::new()),
@@ -273,6 +284,8 @@ impl Context {
         if let Ok(mut m) = self.patches_reported.lock() {
             m.retain(|r, _| trainjob_exists(r));
         }
+        self.renders.retain(&trainjob_exists);
+        self.objects.prune_writes();
         let remembered = self.memo.len();
         self.metrics.set_remembered(remembered);
         if objects + failures > 0 {
@@ -376,6 +389,33 @@ async fn wake_waiting(
     }
 }
 
+/// What a TrainJob's reconcile acts on, hashed: everything but its status,
+/// `resourceVersion` and `managedFields`. A watch event that changes none of
+/// it (the operator's own status write) reconciles nothing.
+fn reconciled_state(job: &TrainJob) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let m = &job.metadata;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        &m.uid,
+        m.generation,
+        &m.labels,
+        &m.annotations,
+        &m.finalizers,
+        m.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
+    )
+        .hash(&mut h);
+    serde_json::to_string(&m.owner_references)
+        .unwrap_or_default()
+        .hash(&mut h);
+    // The spec too: `generation` covers it on the API server, but a
+    // TrainJob's spec is small and this keeps the rule independent of that.
+    serde_json::to_string(&job.spec)
+        .unwrap_or_default()
+        .hash(&mut h);
+    Some(h.finish())
+}
+
 /// Run the TrainJob controller until `shutdown`. `triggers` carries the
 /// TrainJobs whose child objects changed (from [`ObjectCache`]).
 pub async fn run(
@@ -406,7 +446,13 @@ pub async fn run(
         concurrency = ctx.settings.concurrency,
         "TrainJob controller starting"
     );
-    let controller = Controller::new(api, watcher::Config::default()).with_config(config);
+    let (reader, writer) = reflector::store();
+    let trainjobs = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(reconciled_state, PredicateConfig::default());
+    let controller = Controller::for_stream(trainjobs, reader).with_config(config);
     let pruner = tokio::spawn(prune_periodically(
         ctx.clone(),
         controller.store(),

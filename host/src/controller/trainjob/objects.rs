@@ -11,10 +11,17 @@
 //! Kinds whose resource does not exist in the cluster (e.g. Volcano's
 //! PodGroup without Volcano installed) are skipped and retried when the
 //! plugin set changes or every [`RETRY_DISCOVERY`].
+//!
+//! Reads see the operator's own writes: an object it wrote is served as
+//! the API server returned it ([`ObjectCache::remember_write`]) until the
+//! watch delivers an event for it at least as new, or for
+//! [`READ_YOUR_WRITES`] at most. Without this, a reconcile that runs before
+//! the watch delivers a just-created object would create it again (and be
+//! refused), or render again what nothing changed.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
@@ -29,6 +36,11 @@ use trainforge_api::trainer::v1alpha1::TrainJob;
 use trainforge_api::trainer::v1alpha1::constants::{GROUP, TRAINJOB_KIND};
 
 use crate::plugin::ObjectSource;
+
+/// How long an object the operator wrote is served from its write when
+/// the watch has not delivered it (a watch that stalls must not pin an old
+/// write forever).
+pub const READ_YOUR_WRITES: Duration = Duration::from_secs(60);
 
 /// How often kinds missing from discovery are looked up again.
 pub const RETRY_DISCOVERY: Duration = Duration::from_secs(30);
@@ -83,11 +95,32 @@ impl Watched {
     }
 }
 
+/// `(kind, namespace, name)`; the namespace is empty for cluster-scoped kinds.
+type WriteKey = (KindRef, String, String);
+
+/// Objects the operator wrote that the watch has not delivered yet.
+type Writes = Arc<Mutex<HashMap<WriteKey, (Arc<DynamicObject>, Instant)>>>;
+
 /// Reflectors for a changing set of kinds.
 pub struct ObjectCache {
     client: kube::Client,
     trigger: UnboundedSender<ObjectRef<TrainJob>>,
     watched: Mutex<HashMap<KindRef, Arc<Watched>>>,
+    writes: Writes,
+}
+
+/// Whether a watch event for an object at `seen` (its resourceVersion)
+/// is at least as new as the write at `written`. Resource versions are
+/// compared as numbers when both are (etcd's revisions); otherwise any
+/// event counts as newer.
+fn caught_up(seen: Option<&str>, written: Option<&str>) -> bool {
+    match (
+        seen.and_then(|s| s.parse::<u64>().ok()),
+        written.and_then(|w| w.parse::<u64>().ok()),
+    ) {
+        (Some(s), Some(w)) => s >= w,
+        _ => true,
+    }
 }
 
 impl std::fmt::Debug for ObjectCache {
@@ -131,6 +164,7 @@ impl ObjectCache {
             client,
             trigger,
             watched: Mutex::new(HashMap::new()),
+            writes: Arc::default(),
         }
     }
 
@@ -213,6 +247,8 @@ impl ObjectCache {
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
         let trigger = self.trigger.clone();
+        let writes = self.writes.clone();
+        let watched_kind = kind.clone();
         let label = format!("{} {}", kind.api_version, kind.kind);
         info!(kind = %label, "starting watch");
         // managedFields are the bulk of an applied object's size: only our
@@ -230,6 +266,27 @@ impl ObjectCache {
             while let Some(item) = stream.next().await {
                 match item {
                     Ok(object) => {
+                        // The store has this event now: a write it is at
+                        // least as new as is served from the store again.
+                        if let Ok(mut w) = writes.lock() {
+                            let key = (
+                                watched_kind.clone(),
+                                if namespaced {
+                                    object.metadata.namespace.clone().unwrap_or_default()
+                                } else {
+                                    String::new()
+                                },
+                                object.metadata.name.clone().unwrap_or_default(),
+                            );
+                            if w.get(&key).is_some_and(|(written, _)| {
+                                caught_up(
+                                    object.metadata.resource_version.as_deref(),
+                                    written.metadata.resource_version.as_deref(),
+                                )
+                            }) {
+                                w.remove(&key);
+                            }
+                        }
                         if let Some(r) = controller_trainjob(&object) {
                             let _ = trigger.send(r);
                         }
@@ -246,11 +303,63 @@ impl ObjectCache {
         })
     }
 
-    /// The live object from the cache (`None` if absent or the kind is not
-    /// watched).
+    /// The live object: the operator's own write of it if the watch has not
+    /// delivered that yet, else the cache's (`None` if absent or the kind is
+    /// not watched).
     pub fn live(&self, kind: &KindRef, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
         let w = self.get_watched(kind)?;
+        let ns = if w.namespaced { namespace } else { "" };
+        if let Ok(mut writes) = self.writes.lock() {
+            let key = (kind.clone(), ns.to_owned(), name.to_owned());
+            match writes.get(&key) {
+                Some((o, at)) if at.elapsed() < READ_YOUR_WRITES => return Some(o.clone()),
+                Some(_) => {
+                    writes.remove(&key);
+                }
+                None => {}
+            }
+        }
         w.store.get(&w.key(namespace, name))
+    }
+
+    /// Serve `object` (as the API server returned it for the operator's
+    /// write) until the watch delivers it; see the module rules.
+    pub fn remember_write(&self, kind: &KindRef, object: DynamicObject) {
+        let Some(w) = self.get_watched(kind) else {
+            return;
+        };
+        let ns = if w.namespaced {
+            object.metadata.namespace.clone().unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let key = (
+            kind.clone(),
+            ns,
+            object.metadata.name.clone().unwrap_or_default(),
+        );
+        if let Ok(mut writes) = self.writes.lock() {
+            writes.insert(key, (Arc::new(object), Instant::now()));
+        }
+    }
+
+    /// Stop serving a write of the object (the operator deleted it).
+    pub fn forget_write(&self, kind: &KindRef, namespace: &str, name: &str) {
+        let ns = match self.get_watched(kind) {
+            Some(w) if !w.namespaced => "",
+            _ => namespace,
+        };
+        if let Ok(mut writes) = self.writes.lock() {
+            writes.remove(&(kind.clone(), ns.to_owned(), name.to_owned()));
+        }
+    }
+
+    /// Drop writes older than [`READ_YOUR_WRITES`]; how many are left.
+    pub fn prune_writes(&self) -> usize {
+        self.writes.lock().map_or(0, |mut w| {
+            w.retain(|_, (_, at)| at.elapsed() < READ_YOUR_WRITES);
+            w.len()
+        })
     }
 
     /// How to reach a kind: from a watch, else from discovery.
@@ -278,17 +387,37 @@ impl ObjectSource for ObjectCache {
     }
 
     fn get(&self, kind: &KindRef, namespace: &str, name: &str) -> Result<Option<String>, String> {
-        let Some(w) = self.get_watched(kind) else {
+        if self.get_watched(kind).is_none() {
             return Err(format!(
                 "{} {} is not watched by the operator",
                 kind.api_version, kind.kind
             ));
-        };
-        match w.store.get(&w.key(namespace, name)) {
+        }
+        match self.live(kind, namespace, name) {
             None => Ok(None),
             Some(o) => serde_json::to_string(o.as_ref())
                 .map(Some)
                 .map_err(|e| e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::caught_up;
+
+    #[test]
+    fn a_write_is_served_until_an_event_at_least_as_new() {
+        assert!(!caught_up(Some("99"), Some("100")), "an older event");
+        assert!(caught_up(Some("100"), Some("100")), "the write itself");
+        assert!(
+            caught_up(Some("101"), Some("100")),
+            "a later change or the deletion"
+        );
+        assert!(
+            caught_up(Some("x"), Some("100")),
+            "not comparable: any event"
+        );
+        assert!(caught_up(None, Some("100")));
     }
 }

@@ -45,7 +45,8 @@ use tokio::task::JoinError;
 use tracing::{Instrument, debug, info, info_span, warn};
 use trainforge_api::plugin::{Info, KindRef, Phase, PluginError};
 use trainforge_api::trainer::v1alpha1::constants::{
-    CONDITION_FAILED, MANAGED_BY_TRAINJOB_CONTROLLER, REASON_TRAINING_RUNTIME_NOT_SUPPORTED,
+    CONDITION_FAILED, GROUP, MANAGED_BY_TRAINJOB_CONTROLLER, REASON_TRAINING_RUNTIME_NOT_SUPPORTED,
+    VERSION,
 };
 use trainforge_api::trainer::v1alpha1::{TrainJob, TrainJobStatus};
 
@@ -55,6 +56,7 @@ use super::conditions::{self, ConditionStatus, Deadline, StatusError};
 use super::events::{self, ACTION_RECONCILING, REASON_CREATION_FAILED};
 use super::legacy;
 use super::objects::ObjectsError;
+use super::render_memo::{ObjectId, RenderInputs};
 use super::serving::{self, NotServing};
 use super::snapshot::{self, SnapshotError};
 use super::{CONTROLLER_NAME, Context};
@@ -723,25 +725,48 @@ impl Reconcile<'_> {
     }
 
     /// Step 1: the runtime, and whether its snapshot already exists.
+    ///
+    /// Reads come from the watch cache. The API server is asked only when
+    /// the cache does not have the snapshot although this process applied
+    /// it (the cache is behind: never re-snapshot then), or does not have
+    /// the runtime (it may be new; the answer names what is missing).
     async fn resolve_runtime(&self) -> Result<Resolved, SnapshotError> {
         let cm_kind = KindRef::new("v1", "ConfigMap");
         let snap_name = snapshot::snapshot_name(self.name);
         let cached = self.ctx.objects.live(&cm_kind, self.ns, &snap_name);
+        let applied_here = || {
+            self.ctx
+                .memo
+                .knows(&(cm_kind.clone(), self.ns.to_owned(), snap_name.clone()))
+        };
         let cm = match cached {
             Some(o) => serde_json::to_value(o.as_ref())
                 .ok()
                 .and_then(|v| serde_json::from_value(v).ok()),
-            None => snapshot::get_snapshot(&self.ctx.client, self.job).await?,
+            None if applied_here() => snapshot::get_snapshot(&self.ctx.client, self.job).await?,
+            None => None,
         };
-        Ok(match cm {
-            Some(cm) => Resolved {
+        if let Some(cm) = cm {
+            return Ok(Resolved {
                 runtime: snapshot::from_snapshot(self.job, &cm)?,
                 has_snapshot: true,
-            },
-            None => Resolved {
-                runtime: snapshot::live_runtime(&self.ctx.client, self.job).await?,
-                has_snapshot: false,
-            },
+            });
+        }
+        snapshot::check_supported(self.job)?;
+        let (kind, ns) = snapshot::runtime_ref(self.job);
+        let kind_ref = KindRef::new(format!("{GROUP}/{VERSION}"), kind);
+        let name = &self.job.spec.runtime_ref.name;
+        let runtime = match self.ctx.objects.live(&kind_ref, ns, name) {
+            Some(o) => {
+                let value = serde_json::to_value(o.as_ref())
+                    .map_err(|e| SnapshotError::Invalid(format!("cached {kind}: {e}")))?;
+                snapshot::runtime_from_cache(kind, &value)?
+            }
+            None => snapshot::live_runtime(&self.ctx.client, self.job).await?,
+        };
+        Ok(Resolved {
+            runtime,
+            has_snapshot: false,
         })
     }
 
@@ -754,7 +779,8 @@ impl Reconcile<'_> {
     }
 
     /// Steps 2 and 3; the info the plugin phases produced. Every JobSet
-    /// applied records `patches_hash`.
+    /// applied records `patches_hash`. The last render is reused when
+    /// nothing it depends on changed (see [`super::render_memo`]).
     async fn build_and_apply(
         &mut self,
         resolved: &Resolved,
@@ -765,26 +791,64 @@ impl Reconcile<'_> {
         if let Some(n) = not_serving {
             return Err(ReconcileError::NoServingPlugins(n.clone()));
         }
-        let mut rendered = self.build(&resolved.runtime, plugins).await?;
+        let memo = &self.ctx.renders;
+        let inputs = memo.inputs(self.job, &resolved.runtime, plugins.id(), patches_hash);
+        let live = |(kind, ns, name): &ObjectId| self.ctx.objects.live(kind, ns, name);
+        if let Some(info) = memo.reusable(self.job, inputs, self.ctx.settings.resync, live) {
+            debug!("nothing the render depends on changed: reused");
+            self.ctx.metrics.render_reused();
+            return Ok(info.as_ref().clone());
+        }
+        let (rendered, taken) = match self.build(&resolved.runtime, plugins).await {
+            Ok(r) => r,
+            Err(e) => {
+                memo.forget(self.job);
+                return Err(e);
+            }
+        };
+        let mut rendered = rendered;
         for w in &rendered.warnings {
             info!(warning = %w, "TrainJob warning");
         }
         record_patches_hash(&mut rendered.objects, patches_hash);
-        self.apply(&rendered.objects, resolved.has_snapshot).await?;
-        Ok(rendered.info)
+        match self.apply(&rendered.objects, resolved.has_snapshot).await {
+            Ok(applied) => {
+                let live = |(kind, ns, name): &ObjectId| self.ctx.objects.live(kind, ns, name);
+                let taken = RenderInputs {
+                    reads: taken.reads,
+                    opaque: taken.opaque,
+                };
+                memo.record(
+                    self.job,
+                    inputs,
+                    applied,
+                    taken,
+                    rendered.info.clone(),
+                    live,
+                );
+                Ok(rendered.info)
+            }
+            Err(e) => {
+                memo.forget(self.job);
+                Err(e)
+            }
+        }
     }
 
-    /// Step 2: the pure pipeline, on a blocking thread.
+    /// Step 2: the pure pipeline, on a blocking thread, with what the
+    /// plugins took from outside their arguments.
     async fn build(
         &self,
         runtime: &RuntimeObject,
         plugins: &Arc<PluginSet>,
-    ) -> Result<Rendered, ReconcileError> {
+    ) -> Result<(Rendered, plugin::HostInputs), ReconcileError> {
         let (job, runtime, plugins) = (self.job.clone(), runtime.clone(), plugins.clone());
-        let rendered = tokio::task::spawn_blocking(move || run_pipeline(&job, &runtime, &plugins))
-            .await
-            .map_err(ReconcileError::BuildTask)?;
-        rendered.map_err(|e| match e {
+        let (rendered, taken) = tokio::task::spawn_blocking(move || {
+            plugin::record_host_inputs(|| run_pipeline(&job, &runtime, &plugins))
+        })
+        .await
+        .map_err(ReconcileError::BuildTask)?;
+        let rendered = rendered.map_err(|e| match e {
             PipelineError::PolicyNotServed { ref keys, .. } => ReconcileError::PolicyNotServed {
                 keys: keys.clone(),
                 message: serving::policy_message(
@@ -793,23 +857,33 @@ impl Reconcile<'_> {
                 ),
             },
             e => ReconcileError::Build(e),
-        })
+        })?;
+        Ok((rendered, taken))
     }
 
     /// Step 3: apply every object in order, stopping at the first error.
-    /// The snapshot ConfigMap is written once, never refreshed.
-    async fn apply(&mut self, objects: &[Value], has_snapshot: bool) -> Result<(), ReconcileError> {
+    /// The snapshot ConfigMap is written once, never refreshed. Returns
+    /// every object's id with what the API server returned for those
+    /// written (`None`: left as it was).
+    async fn apply(
+        &mut self,
+        objects: &[Value],
+        has_snapshot: bool,
+    ) -> Result<Vec<(ObjectId, Option<DynamicObject>)>, ReconcileError> {
         let snap_name = snapshot::snapshot_name(self.name);
+        let mut applied = Vec::with_capacity(objects.len());
         for object in objects {
             let kind = kind_of(object);
             let obj_name = object
                 .pointer("/metadata/name")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
+            let id: ObjectId = (kind.clone(), self.ns.to_owned(), obj_name.to_owned());
             if has_snapshot && kind.kind == "ConfigMap" && obj_name == snap_name {
+                applied.push((id, None));
                 continue;
             }
-            let outcome = match self.apply_one(&kind, obj_name, object).await {
+            let (outcome, written) = match self.apply_one(&kind, obj_name, object).await {
                 Ok(o) => o,
                 Err(e) => {
                     self.ctx.metrics.apply_error(&kind.kind);
@@ -820,16 +894,19 @@ impl Reconcile<'_> {
                 self.writes += 1;
                 self.ctx.metrics.api_write("apply", &kind.kind);
             }
-            if outcome == Outcome::Created && kind == jobset_kind() {
-                if let Some(created) = &self.job.metadata.creation_timestamp {
-                    let elapsed = created.0.duration_until(Timestamp::now()).unsigned_abs();
-                    self.ctx.metrics.jobset_ready(elapsed);
-                }
-                let note = format!("Created JobSet {}/{}", self.ns, obj_name);
-                self.publish(false, "JobSetCreated", note).await;
+            if outcome == Outcome::Created
+                && kind == jobset_kind()
+                && let Some(created) = &self.job.metadata.creation_timestamp
+            {
+                let elapsed = created.0.duration_until(Timestamp::now()).unsigned_abs();
+                self.ctx.metrics.jobset_ready(elapsed);
             }
+            if let Some(w) = &written {
+                self.ctx.objects.remember_write(&kind, w.clone());
+            }
+            applied.push((id, written));
         }
-        Ok(())
+        Ok(applied)
     }
 
     /// One object through [`apply::apply`].
@@ -838,7 +915,7 @@ impl Reconcile<'_> {
         kind: &KindRef,
         name: &str,
         object: &Value,
-    ) -> Result<Outcome, ReconcileError> {
+    ) -> Result<(Outcome, Option<DynamicObject>), ReconcileError> {
         let (resource, namespaced) = self
             .ctx
             .objects
@@ -931,6 +1008,7 @@ impl Reconcile<'_> {
             Api::namespaced_with(self.ctx.client.clone(), self.ns, &resource);
         match api.delete(self.name, &DeleteParams::background()).await {
             Ok(_) => {
+                self.ctx.objects.forget_write(&kind, self.ns, self.name);
                 self.writes += 1;
                 self.ctx.metrics.api_write("delete", "JobSet");
             }

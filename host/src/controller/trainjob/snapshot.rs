@@ -111,8 +111,40 @@ pub fn from_snapshot(job: &TrainJob, cm: &ConfigMap) -> Result<RuntimeObject, Sn
     }
 }
 
-/// The live runtime (used only when there is no snapshot yet); managed
-/// fields are dropped from what will be snapshotted.
+/// The kind and namespace (empty for a ClusterTrainingRuntime) of the
+/// runtime a TrainJob references; call [`check_supported`] first.
+pub fn runtime_ref(job: &TrainJob) -> (&'static str, &str) {
+    if job.spec.runtime_ref.kind.as_deref() == Some(TRAINING_RUNTIME_KIND) {
+        (
+            TRAINING_RUNTIME_KIND,
+            job.metadata.namespace.as_deref().unwrap_or_default(),
+        )
+    } else {
+        (CLUSTER_TRAINING_RUNTIME_KIND, "")
+    }
+}
+
+/// The runtime as the watch cache holds it (kind from [`runtime_ref`]);
+/// managed fields are dropped from what will be snapshotted.
+pub fn runtime_from_cache(kind: &str, object: &Value) -> Result<RuntimeObject, SnapshotError> {
+    let bad = |e: serde_json::Error| SnapshotError::Invalid(format!("cached {kind}: {e}"));
+    let mut object = object.clone();
+    if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("managedFields");
+    }
+    if kind == TRAINING_RUNTIME_KIND {
+        Ok(RuntimeObject::Namespaced(
+            serde_json::from_value(object).map_err(bad)?,
+        ))
+    } else {
+        Ok(RuntimeObject::Cluster(
+            serde_json::from_value(object).map_err(bad)?,
+        ))
+    }
+}
+
+/// The live runtime from the API server (when the watch cache does not
+/// have it); managed fields are dropped from what will be snapshotted.
 pub async fn live_runtime(
     client: &kube::Client,
     job: &TrainJob,
@@ -153,8 +185,8 @@ pub async fn live_runtime(
 }
 
 /// Read the snapshot straight from the API server (used when the watch
-/// cache does not have it, so a stale cache never re-snapshots a changed
-/// runtime).
+/// cache does not have a snapshot this process applied, so a cache that is
+/// behind never re-snapshots a changed runtime).
 pub async fn get_snapshot(
     client: &kube::Client,
     job: &TrainJob,
