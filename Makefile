@@ -7,6 +7,11 @@
 #                      example TrainJob to Complete, then stays up until
 #                      Ctrl-C (DEMO_ARGS="--exit-after 0 --figures" ...)
 #   make test          all tests; control-plane tests are required here
+#   make bench         what one operator replica costs: the release operator
+#                      on the test control plane, BENCH_JOBS (300) torch
+#                      TrainJobs to Complete (memory, CPU, API requests from
+#                      the audit log, latency, start-up), then the Wasm÷native
+#                      ratio per plugin phase; figures printed, not asserted
 #   make controlplane  build the test control plane (Go; cached by version,
 #                      a no-op when up to date, tens of minutes when cold)
 #
@@ -18,7 +23,7 @@ CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 DEMO_ARGS ?=
 
-.PHONY: demo test controlplane preflight preflight-tests
+.PHONY: demo test bench controlplane preflight preflight-tests
 
 # One `cargo build` for the operator and the demo runner, so that their
 # shared dependencies are built once, with the features `make test` uses too:
@@ -29,7 +34,7 @@ DEMO_ARGS ?=
 # The example plugin is built into the builtins' nested target dir (see
 # host/build.rs), reusing their compiled dependencies; the demo pushes it to
 # a local OCI registry, signed, and loads it from there.
-PLUGIN_TARGET_DIR := $(TARGET_DIR)/debug/plugin-target
+PLUGIN_TARGET_DIR := $(TARGET_DIR)/plugin-target
 EXAMPLE_PLUGIN := $(PLUGIN_TARGET_DIR)/wasm32-wasip2/plugin/plugin_minimal.wasm
 
 demo: preflight controlplane
@@ -45,6 +50,27 @@ test: preflight-tests controlplane
 	testenv/sdk/venv.sh "$(TARGET_DIR)/sdk-venv"
 	TRAINFORGE_TESTENV_REQUIRED=1 TRAINFORGE_SDK_VENV="$(abspath $(TARGET_DIR)/sdk-venv)" \
 	  $(CARGO) test --workspace --no-fail-fast
+
+# The operator is built in release (BENCH_PROFILE) with its builtins
+# precompiled, as the image ships them (Dockerfile); the bench driver in the
+# dev profile with the demo's build (it only drives the API). CI runs
+# BENCH_PROFILE=dev: the build it already has (see README). The Wasm÷native
+# bench is selected across the workspace so that its features are the ones
+# `make test` built with (no rebuild of shared dependencies).
+BENCH_JOBS ?= 300
+BENCH_PROFILE ?= release
+BENCH_ARGS ?=
+BENCH_BIN := $(TARGET_DIR)/$(if $(filter dev,$(BENCH_PROFILE)),debug,$(BENCH_PROFILE))/trainforge
+BENCH_ARTIFACTS := $(TARGET_DIR)/bench-artifacts-$(BENCH_PROFILE)
+bench: preflight controlplane
+	$(CARGO) build -p trainforge -p trainforge-testenv -p trainforge-sdk --lib --bins
+ifneq ($(BENCH_PROFILE),dev)
+	$(CARGO) build --profile $(BENCH_PROFILE) --locked -p trainforge --bin trainforge
+endif
+	rm -rf "$(BENCH_ARTIFACTS)"
+	"$(BENCH_BIN)" plugin precompile --out "$(BENCH_ARTIFACTS)"
+	"$(TARGET_DIR)/debug/trainforge-bench" --operator "$(BENCH_BIN)" --artifacts "$(BENCH_ARTIFACTS)" --jobs $(BENCH_JOBS) $(BENCH_ARGS)
+	$(CARGO) bench --profile $(if $(filter dev,$(BENCH_PROFILE)),dev,bench) --locked --workspace --bench wasm_native
 
 controlplane:
 	testenv/build.sh

@@ -3,10 +3,12 @@
 //!
 //! Each is built with a nested `cargo build --profile plugin --target
 //! wasm32-wasip2` into its own target dir, `plugin-target/` beside the outer
-//! profile's `build/` (e.g. `target/debug/plugin-target`: a nested build
-//! sharing the outer target dir would deadlock on its lock; one dir per
-//! profile, not per `OUT_DIR`, so that `cargo check`/`clippy`/`doc` and
-//! `cargo build` share the plugins instead of building them twice), then an
+//! profile directories (`target/plugin-target`: a nested build sharing the
+//! outer target dir would deadlock on its lock; one dir for every outer
+//! profile, not per `OUT_DIR`, so that `cargo check`/`clippy`/`doc`,
+//! `cargo build` and `cargo build --release` share the plugins instead of
+//! building them again: the plugin profile does not depend on the outer
+//! one; two outer builds at once take turns on its lock), then an
 //! `include_bytes!` table is generated for `plugin::builtin`. With no plugin
 //! crates the table is empty and no nested build runs.
 //!
@@ -188,12 +190,12 @@ fn main() {
     }
 }
 
-/// `<profile dir>/plugin-target` for `OUT_DIR` = `<profile dir>/build/<unit>/out`,
-/// else `OUT_DIR/plugin-target`.
+/// `<target dir>/plugin-target` for `OUT_DIR` =
+/// `<target dir>/<profile>/build/<unit>/out`, else `OUT_DIR/plugin-target`.
 fn plugin_target_dir(out_dir: &Path) -> PathBuf {
     let build = out_dir.parent().and_then(Path::parent);
-    match build.and_then(|b| Some((b.file_name()?, b.parent()?))) {
-        Some((name, profile_dir)) if name == "build" => profile_dir.join("plugin-target"),
+    match build.and_then(|b| Some((b.file_name()?, b.parent()?.parent()?))) {
+        Some((name, target_dir)) if name == "build" => target_dir.join("plugin-target"),
         _ => out_dir.join("plugin-target"),
     }
 }

@@ -20,8 +20,25 @@ pub struct ApiServer {
     pub port: u16,
 }
 
+/// The audit log's file name in the environment's directory.
+pub const AUDIT_LOG: &str = "audit.log";
+
+/// An audit policy that records every request of `users` once, when its
+/// response is complete, at `Metadata` level (verb, resource, user, code;
+/// no bodies), and nothing else.
+fn audit_policy(users: &[String]) -> String {
+    let users: Vec<String> = users.iter().map(|u| format!("\"{u}\"")).collect();
+    format!(
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived, ResponseStarted]\nrules:\n- level: Metadata\n  users: [{}]\n- level: None\n",
+        users.join(", ")
+    )
+}
+
 /// Start kube-apiserver against etcd on `etcd_port`, write the admin kubeconfig
-/// to `kubeconfig`, and wait for `/readyz` and namespace `default`.
+/// to `kubeconfig`, and wait for `/readyz` and namespace `default`. With
+/// `audit_users`, the requests of those users are written to
+/// [`AUDIT_LOG`] in `dir`, one JSON line each.
+#[allow(clippy::too_many_arguments)]
 pub async fn start(
     bin: &Path,
     dir: &Path,
@@ -30,6 +47,7 @@ pub async fn start(
     etcd_port: u16,
     mode: Mode,
     kubeconfig: &Path,
+    audit_users: &[String],
 ) -> Result<ApiServer, Error> {
     let port = ports::free_port()?;
     let p = |p: &Path| p.display().to_string();
@@ -54,6 +72,17 @@ pub async fn start(
         format!("--cert-dir={}", dir.join("apiserver-certs").display()),
         "--v=1".into(),
     ];
+    if !audit_users.is_empty() {
+        let policy = dir.join("audit-policy.yaml");
+        std::fs::write(&policy, audit_policy(audit_users))
+            .map_err(|e| Error::io("writing the audit policy", e))?;
+        args.push(format!("--audit-policy-file={}", p(&policy)));
+        args.push(format!("--audit-log-path={}", p(&dir.join(AUDIT_LOG))));
+        args.push("--audit-log-format=json".into());
+        // One file however long the run: no rotation, no batching delay.
+        args.push("--audit-log-maxsize=0".into());
+        args.push("--audit-log-mode=blocking".into());
+    }
     if mode == Mode::Api {
         // Nothing garbage-collects in api mode: do not leave objects waiting
         // for a collector that never runs.

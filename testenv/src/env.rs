@@ -134,6 +134,7 @@ impl Running {
 async fn boot(
     mode: Mode,
     paths: &Paths,
+    audit_users: &[String],
     startup: &mut Vec<(String, Duration)>,
 ) -> Result<Running, Error> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -183,6 +184,7 @@ async fn boot(
         etcd_port,
         mode,
         &running.kubeconfig,
+        audit_users,
     )
     .await?;
     running.procs.push(api.proc);
@@ -245,6 +247,7 @@ async fn boot(
 fn supervise(
     mode: Mode,
     paths: Paths,
+    audit_users: Vec<String>,
     ready: mpsc::Sender<Result<Info, Error>>,
     stop: mpsc::Receiver<()>,
 ) {
@@ -260,12 +263,12 @@ fn supervise(
     };
     let started = Instant::now();
     let mut startup = Vec::new();
-    let mut result = rt.block_on(boot(mode, &paths, &mut startup));
+    let mut result = rt.block_on(boot(mode, &paths, &audit_users, &mut startup));
     if let Err(Error::Exited { component, .. }) = &result {
         // Most likely a free-port race: retry the whole start once.
         tracing::warn!("{component} exited during startup; retrying once");
         startup.clear();
-        result = rt.block_on(boot(mode, &paths, &mut startup));
+        result = rt.block_on(boot(mode, &paths, &audit_users, &mut startup));
     }
     let running = match result {
         Ok(r) => r,
@@ -335,6 +338,27 @@ impl TestEnv {
 
     /// Like [`TestEnv::start`] with explicit paths.
     pub fn start_with(mode: Mode, paths: Paths) -> Result<Self, Error> {
+        Self::boot_thread(mode, paths, Vec::new())
+    }
+
+    /// Like [`TestEnv::start`], with kube-apiserver writing an audit log of
+    /// every request made by one of `users` (user names as the API server
+    /// sees them, e.g. `system:serviceaccount:NS:NAME`): see
+    /// [`TestEnv::audit_log`].
+    pub fn start_audited(mode: Mode, users: &[&str]) -> Result<Self, Error> {
+        let paths = Paths::from_env();
+        paths.check(mode)?;
+        Self::boot_thread(mode, paths, users.iter().map(|u| u.to_string()).collect())
+    }
+
+    /// The audit log (JSON lines of `audit.k8s.io/v1` Events), if this
+    /// environment was started with [`TestEnv::start_audited`].
+    pub fn audit_log(&self) -> Option<PathBuf> {
+        let p = self.dir.join(crate::apiserver::AUDIT_LOG);
+        p.exists().then_some(p)
+    }
+
+    fn boot_thread(mode: Mode, paths: Paths, audit_users: Vec<String>) -> Result<Self, Error> {
         let (ready_tx, ready_rx) = mpsc::channel();
         let (stop_tx, stop_rx) = mpsc::channel();
         eprintln!(
@@ -343,7 +367,7 @@ impl TestEnv {
         );
         let thread = std::thread::Builder::new()
             .name(format!("testenv-{mode}"))
-            .spawn(move || supervise(mode, paths, ready_tx, stop_rx))
+            .spawn(move || supervise(mode, paths, audit_users, ready_tx, stop_rx))
             .map_err(|e| Error::io("spawning the supervisor thread", e))?;
         let info = match ready_rx.recv() {
             Ok(Ok(info)) => info,
