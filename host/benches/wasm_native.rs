@@ -12,9 +12,12 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use serde_json::Value;
 use trainforge::plugin::{
-    CallScope, LoadedPlugin, Owner, PhaseInput, PluginRuntime, RuntimeConfig, ValidateInput,
-    builtin, sample,
+    CallScope, LoadedPlugin, Owner, PhaseInput, PluginRuntime, RuntimeConfig, StaticObjects,
+    ValidateInput, builtin, sample,
 };
 use trainforge_api::plugin::Phase;
 use trainforge_sdk::testing::MockHost;
@@ -40,9 +43,13 @@ fn median(mut f: impl FnMut()) -> Duration {
 }
 
 /// One phase natively, as the guest glue runs it: parse the JSON lazily,
-/// call the plugin, write back what changed.
-fn native<P: Plugin>(phase: Phase, input: &PhaseInput, old: Option<&str>) {
-    let host = MockHost::default();
+/// call the plugin, write back what changed. `objects` are what
+/// `get-object` finds (the TrainJob's JobSet, for `status`).
+fn native<P: Plugin>(phase: Phase, input: &PhaseInput, old: Option<&str>, objects: &[Value]) {
+    let mut host = MockHost::default();
+    for o in objects {
+        host.insert(o.clone());
+    }
     let plugin = P::default();
     match phase {
         Phase::Validate => {
@@ -106,15 +113,22 @@ fn compare<P: Plugin>(
     input: &PhaseInput,
     owner: &Owner,
     scope: &CallScope,
+    objects: &[Value],
 ) {
     let b = builtin::all()
         .iter()
         .find(|b| b.crate_name == crate_name)
         .unwrap_or_else(|| panic!("{crate_name} is not embedded"));
-    let p = rt.load(b.trusted_source()).unwrap();
+    let mut src = b.trusted_source();
+    let mut served = StaticObjects::default();
+    for o in objects {
+        served.insert(o);
+    }
+    src.objects = Arc::new(served);
+    let p = rt.load(src).unwrap();
     for phase in P::default().describe().known_phases() {
         let w = median(|| wasm(&p, phase, input, owner, scope));
-        let n = median(|| native::<P>(phase, input, None));
+        let n = median(|| native::<P>(phase, input, None, objects));
         println!(
             "WASM/NATIVE {:<8} {:<18} wasm {:>8.1} µs  native {:>8.1} µs  ratio {:>5.1}x",
             builtin::plugin_name(crate_name),
@@ -142,6 +156,16 @@ fn main() {
         input.trainjob.len(),
         input.info.len()
     );
-    compare::<plugin_torch::Torch>(&rt, "plugin-torch", &input, &owner, &scope);
-    compare::<plugin_jobset::JobSetPlugin>(&rt, "plugin-jobset", &input, &owner, &scope);
+    // The JobSet the jobset plugin builds, with a running status, for its
+    // `status` phase to read.
+    let mut jobset: Value = {
+        let host = MockHost::default();
+        let ctx = PhaseContext::from_json_lazy(&input.trainjob, &input.info, "{}", &host).unwrap();
+        plugin_jobset::JobSetPlugin.build(&ctx).unwrap().remove(0)
+    };
+    jobset["status"] = serde_json::json!({"replicatedJobsStatus": [
+        {"name": "node", "ready": 1, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}]});
+    let objects = [jobset];
+    compare::<plugin_torch::Torch>(&rt, "plugin-torch", &input, &owner, &scope, &objects);
+    compare::<plugin_jobset::JobSetPlugin>(&rt, "plugin-jobset", &input, &owner, &scope, &objects);
 }
