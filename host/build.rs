@@ -178,9 +178,19 @@ fn main() {
         build_plugins(&root, &out_dir, &crates)
     };
     for (c, wasm) in &built {
+        // The digest is taken here so that the operator never reads the
+        // embedded bytes only to hash them (pages it never touches stay out
+        // of its memory); a unit test checks it against the bytes.
+        let sha256 = match std::fs::read(wasm) {
+            Ok(bytes) => sha256_hex(&bytes),
+            Err(e) => fail(
+                &[format!("reading the built plugin {}: {e}", wasm.display())],
+                false,
+            ),
+        };
         let _ = writeln!(
             table,
-            "    BuiltinPlugin {{ crate_name: {c:?}, wasm: include_bytes!({:?}) }},",
+            "    BuiltinPlugin {{ crate_name: {c:?}, wasm: include_bytes!({:?}), sha256: {sha256:?} }},",
             wasm.display().to_string()
         );
     }
@@ -188,6 +198,17 @@ fn main() {
     if let Err(e) = std::fs::write(out_dir.join("builtin_plugins.rs"), table) {
         fail(&[format!("writing the builtin plugin table: {e}")], false);
     }
+}
+
+/// Lower-case hex SHA-256 of `bytes`.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .fold(String::with_capacity(64), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 /// `<target dir>/plugin-target` for `OUT_DIR` =

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use trainforge::plugin::{
     CompileLimits, Compiler, Error, FailurePolicy, Grants, Limits, LoadedPlugin, Owner, PhaseInput,
     PluginRuntime, PluginSet, PluginSource, ReconcileOutput, RuntimeConfig, StaticObjects, bounded,
-    sha256_hex,
+    record_host_inputs, sha256_hex,
 };
 use trainforge_api::plugin::KindRef;
 
@@ -432,6 +432,107 @@ fn cluster_scoped_reads_need_an_explicit_grant() {
     src.allowed_reads = Some(vec![KindRef::new("v1", "Node")]);
     let r = read(&rt.load(src).unwrap());
     assert!(r.starts_with("found"), "{r}");
+}
+
+/// What a render took from outside its arguments decides whether the
+/// operator may reuse it: every object read (once, however often; reads the
+/// sandbox refused are not inputs), and random bytes or a granted clock
+/// (never reusable). A plugin cannot hide a read or its randomness, nor
+/// pin another thread's render.
+#[test]
+fn reads_random_and_clock_are_recorded_for_render_reuse() {
+    let rt = short_deadline_runtime();
+    let cm = |ns: &str, name: &str| {
+        (
+            KindRef::new("v1", "ConfigMap"),
+            ns.to_owned(),
+            name.to_owned(),
+        )
+    };
+    let d = reads_descriptor(json!([["v1", "ConfigMap"]]));
+
+    // Read 300 times (the sandbox serves 256 per call): one input.
+    let mut many = read_config("v1", "ConfigMap", "team", "settings");
+    many["read"]["times"] = json!(300);
+    let p = rt.load(source(Some(d.clone()), many)).unwrap();
+    let (answer, taken) = record_host_inputs(|| read(&p));
+    assert!(
+        answer.starts_with("denied") && answer.contains("256"),
+        "{answer}"
+    );
+    assert_eq!(
+        taken.reads.into_iter().collect::<Vec<_>>(),
+        [cm("team", "settings")]
+    );
+    assert!(!taken.opaque);
+
+    // An absent object is an input too (it may appear).
+    let p = rt
+        .load(source(
+            Some(d.clone()),
+            read_config("v1", "ConfigMap", "team", "later"),
+        ))
+        .unwrap();
+    let (answer, taken) = record_host_inputs(|| read(&p));
+    assert_eq!(answer, "absent");
+    assert!(
+        taken.reads.contains(&cm("team", "later")),
+        "{:?}",
+        taken.reads
+    );
+
+    // A read of another namespace is refused and returns nothing: no input.
+    let p = rt
+        .load(source(
+            Some(d.clone()),
+            read_config("v1", "ConfigMap", "victim", "other"),
+        ))
+        .unwrap();
+    let (answer, taken) = record_host_inputs(|| read(&p));
+    assert!(answer.starts_with("denied"), "{answer}");
+    assert!(taken.reads.is_empty(), "{:?}", taken.reads);
+
+    // Nothing is recorded outside `record_host_inputs`, nor on another thread.
+    let p = Arc::new(
+        rt.load(source(
+            Some(d),
+            read_config("v1", "ConfigMap", "team", "settings"),
+        ))
+        .unwrap(),
+    );
+    let ((), taken) = record_host_inputs(|| {
+        let other = p.clone();
+        std::thread::spawn(move || read(&other)).join().unwrap();
+    });
+    assert!(taken.reads.is_empty(), "{:?}", taken.reads);
+
+    // Granted randomness and a granted clock make the render opaque; the
+    // same plugins without the grant are refused and take nothing.
+    for (capability, attack) in [("random", "random"), ("clock", "clock")] {
+        let d = json!({"phases": ["build"], "emits": [["v1", "ConfigMap"]], "capabilities": [capability]});
+        let mut src = source(Some(d), json!({"attack": attack}));
+        src.grants = Grants {
+            random: capability == "random",
+            clock: capability == "clock",
+            ..Grants::default()
+        };
+        let p = rt.load(src).unwrap();
+        let (out, taken) = record_host_inputs(|| p.build(&input(), &owner()));
+        let out = out.unwrap();
+        assert_eq!(out[0]["data"]["what"], attack, "{out:?}");
+        assert!(
+            taken.opaque,
+            "{capability}: a granted {attack} makes the render opaque"
+        );
+        let (e, taken) = record_host_inputs(|| attack_result(&rt, attack));
+        assert!(e.to_string().contains("blocked"), "{attack}: {e}");
+        assert!(!taken.opaque, "{attack} refused: nothing taken");
+    }
+}
+
+/// The error of build attack `name` by a plugin granted nothing.
+fn attack_result(rt: &PluginRuntime, name: &str) -> Error {
+    attack(rt, name, None).0
 }
 
 // --------------------------------------------------------------- 3. kinds

@@ -175,7 +175,7 @@ fn review_spec(
     let rt = runtime().map_err(PluginReviewError::Runtime)?;
     let src = plugin_source(
         format!("builtin:{}", b.crate_name),
-        Arc::<[u8]>::from(b.wasm),
+        bytes::Bytes::from_static(b.wasm),
         None,
         true,
         &opts,

@@ -18,6 +18,8 @@ pub struct BuiltinPlugin {
     pub crate_name: &'static str,
     /// Component bytes.
     pub wasm: &'static [u8],
+    /// Lower-case hex SHA-256 of `wasm`, taken when the binary was built.
+    pub sha256: &'static str,
 }
 
 include!(concat!(env!("OUT_DIR"), "/builtin_plugins.rs"));
@@ -25,6 +27,17 @@ include!(concat!(env!("OUT_DIR"), "/builtin_plugins.rs"));
 /// Every embedded plugin, in crate-name order.
 pub fn all() -> &'static [BuiltinPlugin] {
     BUILTIN_PLUGINS
+}
+
+/// The build-time digest of `bytes` when they are one of the embedded
+/// components themselves (the same memory, not a copy): the operator then
+/// never reads them to hash them, so their pages stay out of its memory.
+/// `None` for any other bytes, which are hashed as usual.
+pub fn embedded_digest(bytes: &[u8]) -> Option<&'static str> {
+    all()
+        .iter()
+        .find(|b| std::ptr::eq(b.wasm, bytes))
+        .map(|b| b.sha256)
 }
 
 /// The plugin name a builtin uses (its crate name without `plugin-`).
@@ -73,10 +86,7 @@ pub fn needs(name: &str) -> BuiltinNeeds {
 impl BuiltinPlugin {
     /// A [`PluginSource`] for this builtin (default config, no grants).
     pub fn source(&self) -> PluginSource {
-        let mut src = PluginSource::new(
-            format!("builtin:{}", self.crate_name),
-            Arc::<[u8]>::from(self.wasm),
-        );
+        let mut src = PluginSource::new(format!("builtin:{}", self.crate_name), self.wasm);
         src.builtin = true;
         src
     }
@@ -112,4 +122,26 @@ pub fn load_trusted(
             rt.load(src)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_time_digests_are_the_embedded_bytes_digests() {
+        assert!(!all().is_empty(), "no builtin plugins embedded");
+        for b in all() {
+            assert_eq!(
+                b.sha256,
+                crate::plugin::sha256_hex(b.wasm),
+                "{}",
+                b.crate_name
+            );
+            assert_eq!(embedded_digest(b.wasm), Some(b.sha256));
+            // A copy is not trusted to be the embedded component.
+            assert_eq!(embedded_digest(&b.wasm.to_vec()), None, "{}", b.crate_name);
+        }
+        assert_eq!(embedded_digest(b"\0asm"), None);
+    }
 }

@@ -145,7 +145,8 @@ impl PluginRuntime {
                 ),
             });
         }
-        let sha256 = sha256_hex(&src.bytes);
+        let sha256 = builtin::embedded_digest(&src.bytes)
+            .map_or_else(|| sha256_hex(&src.bytes), str::to_owned);
         if let Some(expected) = &src.sha256 {
             let expected = expected
                 .trim()

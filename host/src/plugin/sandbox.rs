@@ -189,8 +189,10 @@ impl WasiView for CallState {
 /// while [`record_host_inputs`] runs.
 #[derive(Debug, Default)]
 pub struct HostInputs {
-    /// Objects read through `get-object`: `(kind, namespace, name)`.
-    pub reads: Vec<(KindRef, String, String)>,
+    /// Objects read through `get-object`: `(kind, namespace, name)`, each
+    /// once however often it was read. Reads refused by the sandbox are not
+    /// here: they returned nothing of the object.
+    pub reads: BTreeSet<(KindRef, String, String)>,
     /// Random bytes, or a granted real clock, were handed out.
     pub opaque: bool,
 }
@@ -203,7 +205,7 @@ fn note_read(kind: &KindRef, namespace: &str, name: &str) {
     HOST_INPUTS.with(|c| {
         if let Some(h) = c.borrow_mut().as_mut() {
             h.reads
-                .push((kind.clone(), namespace.to_owned(), name.to_owned()));
+                .insert((kind.clone(), namespace.to_owned(), name.to_owned()));
         }
     });
 }

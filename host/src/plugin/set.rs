@@ -408,13 +408,21 @@ impl PluginSet {
 
     /// Run the (single) `status` plugin, if any, with ignored failures.
     pub fn status_report(&self, trainjob: &Value, info: &Info) -> Result<StatusOutput, Error> {
+        let info = serde_json::to_string(info)
+            .map_err(|e| Error::Host(format!("serialising info: {e}")))?;
+        self.status_report_json(trainjob, &info)
+    }
+
+    /// [`PluginSet::status_report`] with the info already serialised
+    /// (`info` must be an [`Info`] as JSON; the operator keeps a render's
+    /// info in this form).
+    pub fn status_report_json(&self, trainjob: &Value, info: &str) -> Result<StatusOutput, Error> {
         let Some(p) = self.plugins.iter().find(|p| p.calls(Phase::Status)) else {
             return Ok(StatusOutput::default());
         };
         let input = PhaseInput {
             trainjob: trainjob.to_string(),
-            info: serde_json::to_string(info)
-                .map_err(|e| Error::Host(format!("serialising info: {e}")))?,
+            info: info.to_owned(),
         };
         let scope = Owner::from_stored(trainjob)
             .map(|o| CallScope::of(&o))

@@ -5,6 +5,7 @@ use super::Error;
 use super::FailurePolicy;
 use super::engine::Limits;
 use super::sandbox::Grants;
+use bytes::Bytes;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -70,8 +71,8 @@ pub struct PluginSource {
     /// A label for errors before the plugin has told its name (file name,
     /// or the name of the object configuring it).
     pub label: String,
-    /// Component bytes.
-    pub bytes: Arc<[u8]>,
+    /// Component bytes (a builtin's are the embedded ones, not a copy).
+    pub bytes: Bytes,
     /// Pinned sha256 (hex); refused with `DigestMismatch` if different.
     pub sha256: Option<String>,
     /// Whether the bytes are one of the plugins embedded in this binary.
@@ -106,7 +107,7 @@ pub struct PluginSource {
 
 impl PluginSource {
     /// A source with default config (`{}`), no grants and no objects.
-    pub fn new(label: impl Into<String>, bytes: impl Into<Arc<[u8]>>) -> Self {
+    pub fn new(label: impl Into<String>, bytes: impl Into<Bytes>) -> Self {
         PluginSource {
             label: label.into(),
             bytes: bytes.into(),

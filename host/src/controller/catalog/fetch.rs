@@ -4,7 +4,7 @@
 //! the signatures stored next to it. Every source is bounded by the
 //! runtime's component size limit.
 
-use std::sync::{Arc, Once};
+use std::sync::Once;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -17,6 +17,7 @@ use crate::oci::artifact::ArtifactError;
 use crate::oci::cosign::FoundSignature;
 use crate::oci::registry::{self, Registry, RegistryError, RegistryOptions};
 use crate::plugin::{FileError, builtin};
+use bytes::Bytes;
 
 /// Largest blob signature read next to a component (cosign's are ~100
 /// bytes of base64).
@@ -104,8 +105,8 @@ impl FetchError {
 /// Component bytes and where they came from.
 #[derive(Clone)]
 pub struct Fetched {
-    /// The component.
-    pub bytes: Arc<[u8]>,
+    /// The component (a builtin's are the embedded bytes, not a copy).
+    pub bytes: Bytes,
     /// A short description of the origin, for messages (`builtin plugin-torch`).
     pub origin: String,
     /// Whether it is a builtin (trusted without a pinned digest).
@@ -282,7 +283,7 @@ impl Fetcher {
                     .join(", "),
             })?;
             return Ok(Fetched {
-                bytes: Arc::from(b.wasm),
+                bytes: Bytes::from_static(b.wasm),
                 origin: format!("builtin {}", b.crate_name),
                 builtin: true,
                 pinned: None,
@@ -331,7 +332,7 @@ impl Fetcher {
             return Err(self.too_large(format!("{what} key {:?}", src.key)));
         }
         Ok(Fetched {
-            bytes: Arc::from(bytes.0),
+            bytes: Bytes::from(bytes.0),
             origin: format!("{what} key {}", src.key),
             builtin: false,
             pinned: None,
@@ -357,7 +358,7 @@ impl Fetcher {
             }
         })?;
         Ok(Fetched {
-            bytes: Arc::from(bytes),
+            bytes: Bytes::from(bytes),
             origin: what,
             builtin: false,
             pinned: None,
@@ -394,7 +395,7 @@ impl Fetcher {
             body.extend_from_slice(&chunk);
         }
         Ok(Fetched {
-            bytes: Arc::from(body),
+            bytes: Bytes::from(body),
             origin: url.to_owned(),
             builtin: false,
             pinned: None,
@@ -423,7 +424,7 @@ impl Fetcher {
         Ok(Fetched {
             origin: format!("oci://{}", pulled.pinned),
             pinned: Some((format!("oci://{}", pulled.pinned), pulled.manifest_digest)),
-            bytes: Arc::from(pulled.bytes),
+            bytes: Bytes::from(pulled.bytes),
             builtin: false,
             signatures: found,
         })

@@ -159,7 +159,7 @@ pub fn options(
 /// phase narrowing and the kind and pod-privilege rules on every call.
 pub fn plugin_source(
     label: String,
-    bytes: Arc<[u8]>,
+    bytes: bytes::Bytes,
     sha256: Option<String>,
     builtin: bool,
     opts: &PluginOptions,

@@ -65,7 +65,7 @@ pub struct OfflineTenant {
 pub fn load(
     rt: &PluginRuntime,
     tp: &TrainerPlugin,
-    bytes: Arc<[u8]>,
+    bytes: bytes::Bytes,
     policy: Option<&TrainerPluginPolicySpec>,
     default_namespace: &str,
     objects: Arc<dyn ObjectSource>,

@@ -447,8 +447,11 @@ pub async fn run(
         "TrainJob controller starting"
     );
     let (reader, writer) = reflector::store();
+    // No step reads a TrainJob's managedFields (nor are plugins given
+    // them): the store and every plugin input are smaller without them.
     let trainjobs = watcher(api, watcher::Config::default())
         .default_backoff()
+        .modify(|job: &mut TrainJob| job.metadata.managed_fields = None)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(reconciled_state, PredicateConfig::default());

@@ -43,7 +43,7 @@ use kube::runtime::controller::Action;
 use serde_json::Value;
 use tokio::task::JoinError;
 use tracing::{Instrument, debug, info, info_span, warn};
-use trainforge_api::plugin::{Info, KindRef, Phase, PluginError};
+use trainforge_api::plugin::{KindRef, Phase, PluginError};
 use trainforge_api::trainer::v1alpha1::constants::{
     CONDITION_FAILED, GROUP, MANAGED_BY_TRAINJOB_CONTROLLER, REASON_TRAINING_RUNTIME_NOT_SUPPORTED,
     VERSION,
@@ -56,7 +56,7 @@ use super::conditions::{self, ConditionStatus, Deadline, StatusError};
 use super::events::{self, ACTION_RECONCILING, REASON_CREATION_FAILED};
 use super::legacy;
 use super::objects::ObjectsError;
-use super::render_memo::{ObjectId, RenderInputs};
+use super::render_memo::ObjectId;
 use super::serving::{self, NotServing};
 use super::snapshot::{self, SnapshotError};
 use super::{CONTROLLER_NAME, Context};
@@ -549,7 +549,7 @@ impl Reconcile<'_> {
         let built_before = jobset.is_some() || resolved.as_ref().is_some_and(|r| r.has_snapshot);
         // 2. Build and 3. apply (nothing while runtimePatches diverge from
         // those the running objects were built from).
-        let mut info: Option<Info> = None;
+        let mut info: Option<Arc<str>> = None;
         if let (false, Some(r)) = (finished, &resolved) {
             if let Some(recorded) = &diverged {
                 warn!(%recorded, current = %patches_hash, "spec.runtimePatches changed while running: ignored, nothing built");
@@ -787,7 +787,7 @@ impl Reconcile<'_> {
         plugins: &Arc<PluginSet>,
         not_serving: Option<&NotServing>,
         patches_hash: &str,
-    ) -> Result<Info, ReconcileError> {
+    ) -> Result<Arc<str>, ReconcileError> {
         if let Some(n) = not_serving {
             return Err(ReconcileError::NoServingPlugins(n.clone()));
         }
@@ -797,7 +797,7 @@ impl Reconcile<'_> {
         if let Some(info) = memo.reusable(self.job, inputs, self.ctx.settings.resync, live) {
             debug!("nothing the render depends on changed: reused");
             self.ctx.metrics.render_reused();
-            return Ok(info.as_ref().clone());
+            return Ok(info);
         }
         let (rendered, taken) = match self.build(&resolved.runtime, plugins).await {
             Ok(r) => r,
@@ -814,19 +814,16 @@ impl Reconcile<'_> {
         match self.apply(&rendered.objects, resolved.has_snapshot).await {
             Ok(applied) => {
                 let live = |(kind, ns, name): &ObjectId| self.ctx.objects.live(kind, ns, name);
-                let taken = RenderInputs {
-                    reads: taken.reads,
-                    opaque: taken.opaque,
-                };
-                memo.record(
-                    self.job,
-                    inputs,
-                    applied,
-                    taken,
-                    rendered.info.clone(),
-                    live,
-                );
-                Ok(rendered.info)
+                let info: Arc<str> = serde_json::to_string(&rendered.info)
+                    .map_err(|e| {
+                        ReconcileError::Build(PipelineError::Serialize {
+                            what: "runtime info",
+                            reason: e.to_string(),
+                        })
+                    })?
+                    .into();
+                memo.record(self.job, inputs, applied, taken, info.clone(), live);
+                Ok(info)
             }
             Err(e) => {
                 memo.forget(self.job);
@@ -942,7 +939,7 @@ impl Reconcile<'_> {
         &self,
         resolved: &Resolved,
         status: &TrainJobStatus,
-        info: Option<Info>,
+        info: Option<Arc<str>>,
         plugins: Arc<PluginSet>,
     ) -> Result<PluginStatus, ReconcileError> {
         let Some(plugin) = plugins
@@ -972,9 +969,17 @@ impl Reconcile<'_> {
         let answer = tokio::task::spawn_blocking(move || -> Result<_, PipelineError> {
             let info = match info {
                 Some(i) => i,
-                None => trainforge_api::blueprint::runtime_info_for(&job, runtime.spec())?,
+                None => {
+                    let info = trainforge_api::blueprint::runtime_info_for(&job, runtime.spec())?;
+                    serde_json::to_string(&info)
+                        .map_err(|e| PipelineError::Serialize {
+                            what: "runtime info",
+                            reason: e.to_string(),
+                        })?
+                        .into()
+                }
             };
-            Ok(plugins.status_report(&job_json, &info))
+            Ok(plugins.status_report_json(&job_json, &info))
         })
         .await
         .map_err(ReconcileError::StatusTask)?

@@ -34,7 +34,9 @@ use std::time::{Duration, Instant};
 use kube::api::DynamicObject;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
-use trainforge_api::plugin::{Info, KindRef};
+use trainforge_api::plugin::KindRef;
+
+use crate::plugin::HostInputs;
 use trainforge_api::trainer::v1alpha1::TrainJob;
 
 use crate::pipeline::run::RuntimeObject;
@@ -57,7 +59,9 @@ struct Entry {
     uid: String,
     inputs: u64,
     depends: Vec<(ObjectId, Marker)>,
-    info: Arc<Info>,
+    /// The render's runtime info as JSON, what the status phase is given
+    /// (a string is a fraction of the parsed tree's memory).
+    info: Arc<str>,
     at: Instant,
 }
 
@@ -84,15 +88,6 @@ impl Default for RenderMemo {
             entries: Mutex::new(HashMap::new()),
         }
     }
-}
-
-/// What a render took as input beyond the TrainJob, runtime and plugins.
-#[derive(Debug, Default)]
-pub struct RenderInputs {
-    /// Objects plugins read through `get-object`.
-    pub reads: Vec<ObjectId>,
-    /// Whether a plugin took random bytes or a granted clock.
-    pub opaque: bool,
 }
 
 impl RenderMemo {
@@ -176,7 +171,7 @@ impl RenderMemo {
         inputs: u64,
         max_age: Duration,
         live: impl Fn(&ObjectId) -> Option<Arc<DynamicObject>>,
-    ) -> Option<Arc<Info>> {
+    ) -> Option<Arc<str>> {
         let entries = self.entries.lock().ok()?;
         let e = entries.get(&ObjectRef::from_obj(job))?;
         let same = e.uid == job.metadata.uid.as_deref().unwrap_or_default()
@@ -197,8 +192,8 @@ impl RenderMemo {
         job: &TrainJob,
         inputs: u64,
         applied: Vec<(ObjectId, Option<DynamicObject>)>,
-        taken: RenderInputs,
-        info: Info,
+        taken: HostInputs,
+        info: Arc<str>,
         live: impl Fn(&ObjectId) -> Option<Arc<DynamicObject>>,
     ) {
         let key = ObjectRef::from_obj(job);
@@ -236,7 +231,7 @@ impl RenderMemo {
                 uid: job.metadata.uid.clone().unwrap_or_default(),
                 inputs,
                 depends,
-                info: Arc::new(info),
+                info,
                 at: Instant::now(),
             },
         );
@@ -327,11 +322,11 @@ mod tests {
             &j,
             inputs,
             vec![(id("JobSet"), Some((*jobset).clone()))],
-            RenderInputs {
-                reads: vec![id("Secret"), id("Missing")],
+            HostInputs {
+                reads: [id("Secret"), id("Missing")].into(),
                 opaque: false,
             },
-            Info::default(),
+            Arc::from("{}"),
             live,
         );
         assert!(memo.reusable(&j, inputs, DAY, live).is_some());
@@ -406,8 +401,8 @@ mod tests {
             &j,
             inputs,
             vec![(id("JobSet"), None)],
-            RenderInputs::default(),
-            Info::default(),
+            HostInputs::default(),
+            Arc::from("{}"),
             none,
         );
         assert!(memo.reusable(&j, inputs, DAY, none).is_none());
@@ -418,8 +413,8 @@ mod tests {
             &j,
             inputs,
             vec![(id("JobSet"), Some(jobset.clone()))],
-            RenderInputs::default(),
-            Info::default(),
+            HostInputs::default(),
+            Arc::from("{}"),
             live,
         );
         assert!(memo.reusable(&j, inputs, DAY, live).is_some());
@@ -427,11 +422,11 @@ mod tests {
             &j,
             inputs,
             vec![(id("JobSet"), Some(jobset.clone()))],
-            RenderInputs {
-                reads: vec![],
+            HostInputs {
+                reads: Default::default(),
                 opaque: true,
             },
-            Info::default(),
+            Arc::from("{}"),
             live,
         );
         assert!(memo.reusable(&j, inputs, DAY, live).is_none());
@@ -440,8 +435,8 @@ mod tests {
             &j,
             inputs,
             vec![],
-            RenderInputs::default(),
-            Info::default(),
+            HostInputs::default(),
+            Arc::from("{}"),
             live,
         );
         memo.retain(|_| false);
