@@ -140,7 +140,8 @@ mod tests {
             );
             assert_eq!(embedded_digest(b.wasm), Some(b.sha256));
             // A copy is not trusted to be the embedded component.
-            assert_eq!(embedded_digest(&b.wasm.to_vec()), None, "{}", b.crate_name);
+            let copy: Vec<u8> = b.wasm.to_vec();
+            assert_eq!(embedded_digest(&copy), None, "{}", b.crate_name);
         }
         assert_eq!(embedded_digest(b"\0asm"), None);
     }

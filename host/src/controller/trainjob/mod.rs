@@ -272,7 +272,7 @@ impl Context {
     fn prune(&self, trainjob_exists: impl Fn(&ObjectRef<TrainJob>) -> bool) {
         let objects = self
             .memo
-            .retain_existing(|kind, ns, name| self.objects.live(kind, ns, name).is_some());
+            .retain_existing(|kind, ns, name| self.objects.live_metadata(kind, ns, name).is_some());
         let failures = self.failures.lock().map_or(0, |mut f| {
             let before = f.len();
             f.retain(|r, _| trainjob_exists(r));

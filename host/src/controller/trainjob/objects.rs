@@ -8,6 +8,11 @@
 //! - triggers: an event on an object controlled by a TrainJob enqueues
 //!   that TrainJob.
 //!
+//! Cached objects keep their metadata parsed and their body as JSON text
+//! (parsed again by [`ObjectCache::live`]; readers of the metadata only use
+//! [`ObjectCache::live_metadata`]), and only the operator's own
+//! `managedFields` entry.
+//!
 //! Kinds whose resource does not exist in the cluster (e.g. Volcano's
 //! PodGroup without Volcano installed) are skipped and retried when the
 //! plugin set changes or every [`RETRY_DISCOVERY`].
@@ -28,6 +33,7 @@ use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -252,13 +258,15 @@ impl ObjectCache {
         let label = format!("{} {}", kind.api_version, kind.kind);
         info!(kind = %label, "starting watch");
         // managedFields are the bulk of an applied object's size: only our
-        // own Apply entry is kept (the apply step compares against it).
+        // own Apply entry is kept (the apply step compares against it). The
+        // body is kept as text (see `compact`).
         let events = watcher(api, watcher::Config::default())
             .default_backoff()
             .modify(|o| {
                 if let Some(fields) = o.metadata.managed_fields.as_mut() {
                     fields.retain(super::apply::is_ours);
                 }
+                compact(o);
             });
         let stream = reflector::reflector(writer, events).touched_objects();
         let task = tokio::spawn(async move {
@@ -307,6 +315,17 @@ impl ObjectCache {
     /// delivered that yet, else the cache's (`None` if absent or the kind is
     /// not watched).
     pub fn live(&self, kind: &KindRef, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+        self.live_metadata(kind, namespace, name).map(expand)
+    }
+
+    /// [`ObjectCache::live`] for a reader of the metadata only: the body may
+    /// be the cache's text form, which is not parsed (cheaper).
+    pub fn live_metadata(
+        &self,
+        kind: &KindRef,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<DynamicObject>> {
         let w = self.get_watched(kind)?;
         let ns = if w.namespaced { namespace } else { "" };
         if let Ok(mut writes) = self.writes.lock() {
@@ -371,6 +390,39 @@ impl ObjectCache {
     }
 }
 
+/// Keep a cached object's body (everything but apiVersion, kind and
+/// metadata) as its JSON text: a parsed tree takes several times the
+/// memory of its text, and the caches hold every JobSet and snapshot of the
+/// cluster. The text is in `data` as a JSON string, which the body of an
+/// object read from the API server never is (it is always a JSON object).
+fn compact(o: &mut DynamicObject) {
+    if let Value::Object(_) = o.data
+        && let Ok(text) = serde_json::to_string(&o.data)
+    {
+        o.data = Value::String(text);
+    }
+}
+
+/// The object with its body parsed again (see [`compact`]); one that is
+/// not compact is returned as it is.
+fn expand(o: Arc<DynamicObject>) -> Arc<DynamicObject> {
+    let Value::String(text) = &o.data else {
+        return o;
+    };
+    match serde_json::from_str(text) {
+        Ok(data) => Arc::new(DynamicObject {
+            types: o.types.clone(),
+            metadata: o.metadata.clone(),
+            data,
+        }),
+        // Unreachable: the text was written from a parsed body.
+        Err(e) => {
+            warn!(error = %e, "a cached object's body does not parse again");
+            o
+        }
+    }
+}
+
 impl Drop for ObjectCache {
     fn drop(&mut self) {
         if let Ok(w) = self.watched.lock() {
@@ -404,7 +456,34 @@ impl ObjectSource for ObjectCache {
 
 #[cfg(test)]
 mod tests {
-    use super::caught_up;
+    use super::{caught_up, compact, expand};
+    use kube::api::DynamicObject;
+    use serde_json::json;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_cached_body_is_text_and_reads_back_the_same() {
+        let original: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "j", "namespace": "n", "generation": 2, "labels": {"a": "b"}},
+            "spec": {"replicatedJobs": [{"name": "node", "replicas": 1}], "suspend": false},
+            "status": {"conditions": [], "restarts": 0},
+        }))
+        .unwrap();
+        let mut cached = original.clone();
+        compact(&mut cached);
+        assert!(cached.data.is_string(), "{:?}", cached.data);
+        assert_eq!(cached.metadata, original.metadata, "metadata stays parsed");
+        compact(&mut cached);
+        let back = expand(Arc::new(cached));
+        assert_eq!(
+            serde_json::to_value(back.as_ref()).unwrap(),
+            serde_json::to_value(&original).unwrap()
+        );
+        // An object that is not compact (the operator's own write) is served as is.
+        let write = Arc::new(original.clone());
+        assert!(Arc::ptr_eq(&expand(write.clone()), &write));
+    }
 
     #[test]
     fn a_write_is_served_until_an_event_at_least_as_new() {

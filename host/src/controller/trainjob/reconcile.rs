@@ -793,7 +793,7 @@ impl Reconcile<'_> {
         }
         let memo = &self.ctx.renders;
         let inputs = memo.inputs(self.job, &resolved.runtime, plugins.id(), patches_hash);
-        let live = |(kind, ns, name): &ObjectId| self.ctx.objects.live(kind, ns, name);
+        let live = |(kind, ns, name): &ObjectId| self.ctx.objects.live_metadata(kind, ns, name);
         if let Some(info) = memo.reusable(self.job, inputs, self.ctx.settings.resync, live) {
             debug!("nothing the render depends on changed: reused");
             self.ctx.metrics.render_reused();
@@ -813,7 +813,8 @@ impl Reconcile<'_> {
         record_patches_hash(&mut rendered.objects, patches_hash);
         match self.apply(&rendered.objects, resolved.has_snapshot).await {
             Ok(applied) => {
-                let live = |(kind, ns, name): &ObjectId| self.ctx.objects.live(kind, ns, name);
+                let live =
+                    |(kind, ns, name): &ObjectId| self.ctx.objects.live_metadata(kind, ns, name);
                 let info: Arc<str> = serde_json::to_string(&rendered.info)
                     .map_err(|e| {
                         ReconcileError::Build(PipelineError::Serialize {
