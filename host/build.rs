@@ -203,12 +203,7 @@ fn main() {
 /// Lower-case hex SHA-256 of `bytes`.
 fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .fold(String::with_capacity(64), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// `<target dir>/plugin-target` for `OUT_DIR` =

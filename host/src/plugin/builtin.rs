@@ -40,6 +40,12 @@ pub fn embedded_digest(bytes: &[u8]) -> Option<&'static str> {
         .map(|b| b.sha256)
 }
 
+/// The sha256 of a component, lower-case hex: the build-time digest for an
+/// embedded builtin's own memory ([`embedded_digest`]), else hashed.
+pub fn component_digest(bytes: &[u8]) -> String {
+    embedded_digest(bytes).map_or_else(|| super::sha256_hex(bytes), str::to_owned)
+}
+
 /// The plugin name a builtin uses (its crate name without `plugin-`).
 pub fn plugin_name(crate_name: &str) -> &str {
     crate_name.strip_prefix("plugin-").unwrap_or(crate_name)
@@ -142,6 +148,8 @@ mod tests {
             // A copy is not trusted to be the embedded component.
             let copy: Vec<u8> = b.wasm.to_vec();
             assert_eq!(embedded_digest(&copy), None, "{}", b.crate_name);
+            assert_eq!(component_digest(b.wasm), b.sha256);
+            assert_eq!(component_digest(&copy), b.sha256, "a copy is hashed");
         }
         assert_eq!(embedded_digest(b"\0asm"), None);
     }

@@ -3,7 +3,7 @@
 
 use super::Error;
 use super::bindings::{Plugin as WitPlugin, PluginPre};
-use super::cache::{ArtifactCache, CacheOutcome, sha256_hex};
+use super::cache::{ArtifactCache, CacheOutcome};
 use super::call::{CallEnv, Inner, LoadedPlugin, descriptor_from_wit, with_instance};
 use super::compile::{CompileError, compile};
 use super::engine::{EngineHandle, RuntimeConfig};
@@ -145,8 +145,7 @@ impl PluginRuntime {
                 ),
             });
         }
-        let sha256 = builtin::embedded_digest(&src.bytes)
-            .map_or_else(|| sha256_hex(&src.bytes), str::to_owned);
+        let sha256 = builtin::component_digest(&src.bytes);
         if let Some(expected) = &src.sha256 {
             let expected = expected
                 .trim()

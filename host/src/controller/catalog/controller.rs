@@ -24,7 +24,7 @@ use super::state::{Attempt, PluginCatalog, Serving, Stage};
 use super::{Error, status};
 
 use crate::oci::cosign::{self, Subject, TrustedKey};
-use crate::plugin::{builtin, sha256_hex};
+use crate::plugin::builtin;
 
 /// How soon a failed attempt is retried (the ConfigMap or URL may be fixed
 /// without the CR changing).
@@ -363,8 +363,7 @@ pub(crate) async fn attempt(
         Err(e) => return (fetch_failed(generation, &e), None),
     };
     catalog.count_load();
-    let digest = builtin::embedded_digest(&fetched.bytes)
-        .map_or_else(|| sha256_hex(&fetched.bytes), str::to_owned);
+    let digest = builtin::component_digest(&fetched.bytes);
     done.push(Stage::ok(
         reason::FETCHED,
         format!("{} bytes from {}", fetched.bytes.len(), fetched.origin),
