@@ -87,17 +87,58 @@ struct EventKey {
 pub struct Recorder {
     client: kube::Client,
     reporter: Reporter,
-    /// The last Event written per key.
-    written: Mutex<HashMap<EventKey, CoreEvent>>,
+    /// What is kept of the last Event written per key (its name, count and
+    /// time: an Event as the API server returns it is ~2 KiB, and one is
+    /// kept per TrainJob for the aggregation window).
+    written: Mutex<HashMap<EventKey, Sent>>,
+}
+
+/// What aggregating an Event's repeats needs of it.
+#[derive(Debug, Clone, PartialEq)]
+struct Sent {
+    /// The Event's name.
+    name: String,
+    /// Its `count`.
+    count: i32,
+    /// Its `lastTimestamp`.
+    last: Timestamp,
+}
+
+impl Sent {
+    /// What is kept of `event`, written at `now`.
+    fn of(event: &CoreEvent, now: Timestamp) -> Sent {
+        Sent {
+            name: event.metadata.name.clone().unwrap_or_default(),
+            count: event.count.unwrap_or(1),
+            last: event.last_timestamp.as_ref().map_or(now, |t| t.0),
+        }
+    }
 }
 
 /// What to write for one occurrence.
 #[derive(Debug, Clone, PartialEq)]
 enum Write {
     /// A new Event.
-    Create(CoreEvent),
-    /// The repeat of an Event written before: its new state.
-    Update(CoreEvent),
+    Create(Box<CoreEvent>),
+    /// The repeat of an Event written before: its new count, last time and
+    /// the latest note (its first time stays).
+    Update {
+        /// The Event's new state.
+        sent: Sent,
+        /// The latest note.
+        message: String,
+    },
+}
+
+impl Write {
+    /// The merge patch of an [`Write::Update`].
+    fn update_patch(sent: &Sent, message: &str) -> serde_json::Value {
+        json!({
+            "count": sent.count,
+            "lastTimestamp": Time(sent.last),
+            "message": message,
+        })
+    }
 }
 
 /// One occurrence to record.
@@ -142,26 +183,17 @@ fn new_event(reporter: &Reporter, o: &Occurrence<'_>, now: Timestamp) -> CoreEve
 }
 
 /// The write for `o` given the Event last written for its key.
-fn plan(
-    reporter: &Reporter,
-    last: Option<&CoreEvent>,
-    o: &Occurrence<'_>,
-    now: Timestamp,
-) -> Write {
-    let recent = last.filter(|e| {
-        e.last_timestamp
-            .as_ref()
-            .is_some_and(|t| t.0 + AGGREGATION_WINDOW > now)
-    });
-    match recent {
-        Some(e) => {
-            let mut e = e.clone();
-            e.count = Some(e.count.unwrap_or(1).saturating_add(1));
-            e.last_timestamp = Some(Time(now));
-            e.message = Some(o.note.clone());
-            Write::Update(e)
-        }
-        None => Write::Create(new_event(reporter, o, now)),
+fn plan(reporter: &Reporter, last: Option<&Sent>, o: &Occurrence<'_>, now: Timestamp) -> Write {
+    match last.filter(|e| e.last + AGGREGATION_WINDOW > now) {
+        Some(e) => Write::Update {
+            sent: Sent {
+                name: e.name.clone(),
+                count: e.count.saturating_add(1),
+                last: now,
+            },
+            message: o.note.clone(),
+        },
+        None => Write::Create(Box::new(new_event(reporter, o, now))),
     }
 }
 
@@ -204,20 +236,12 @@ impl Recorder {
         // Held across the write so that two repeats cannot both create.
         let mut written = self.written.lock().await;
         let now = Timestamp::now();
-        written.retain(|_, e| {
-            e.last_timestamp
-                .as_ref()
-                .is_some_and(|t| t.0 + AGGREGATION_WINDOW > now)
-        });
+        written.retain(|_, e| e.last + AGGREGATION_WINDOW > now);
         let stored = match plan(&self.reporter, written.get(&key), &o, now) {
             Write::Create(event) => self.create(&api, &event).await?,
-            Write::Update(event) => {
-                let name = event.metadata.name.clone().unwrap_or_default();
-                let patch = json!({
-                    "count": event.count,
-                    "lastTimestamp": event.last_timestamp,
-                    "message": event.message,
-                });
+            Write::Update { sent, message } => {
+                let name = sent.name.clone();
+                let patch = Write::update_patch(&sent, &message);
                 match api
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
@@ -232,7 +256,7 @@ impl Recorder {
                 }
             }
         };
-        written.insert(key, stored);
+        written.insert(key, Sent::of(&stored, now));
         Ok(())
     }
 
@@ -413,20 +437,27 @@ mod tests {
         let Write::Create(first) = plan(&reporter(), None, &occurrence(&r, "a"), t0) else {
             panic!("not a create");
         };
+        let kept = Sent::of(&first, t0);
+        assert_eq!(kept.last, t0);
         let t1 = t0 + SignedDuration::from_mins(5);
-        let Write::Update(second) = plan(&reporter(), Some(&first), &occurrence(&r, "b"), t1)
+        let Write::Update { sent, message } =
+            plan(&reporter(), Some(&kept), &occurrence(&r, "b"), t1)
         else {
             panic!("not an update");
         };
-        assert_eq!(second.metadata.name, first.metadata.name);
-        assert_eq!(second.count, Some(2));
-        assert_eq!(second.first_timestamp, Some(Time(t0)));
-        assert_eq!(second.last_timestamp, Some(Time(t1)));
-        assert_eq!(second.message.as_deref(), Some("b"), "the latest message");
+        assert_eq!(Some(&sent.name), first.metadata.name.as_ref());
+        assert_eq!(sent.count, 2);
+        assert_eq!(sent.last, t1);
+        assert_eq!(message, "b", "the latest message");
+        let patch = Write::update_patch(&sent, &message);
+        assert_eq!(
+            patch,
+            json!({"count": 2, "lastTimestamp": Time(t1), "message": "b"}),
+            "the first time is left as it was"
+        );
         // Six minutes after the last occurrence: a new Event.
         let t2 = t1 + AGGREGATION_WINDOW;
-        let Write::Create(third) = plan(&reporter(), Some(&second), &occurrence(&r, "c"), t2)
-        else {
+        let Write::Create(third) = plan(&reporter(), Some(&sent), &occurrence(&r, "c"), t2) else {
             panic!("not a create");
         };
         assert_eq!(third.count, Some(1));

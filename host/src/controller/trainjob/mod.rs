@@ -147,6 +147,8 @@ pub struct Context {
     /// Each TrainJob's last render, reused while nothing it depends on
     /// changes.
     pub renders: render_memo::RenderMemo,
+    /// Runtimes parsed from snapshot ConfigMaps.
+    pub snapshots: snapshot::ParsedSnapshots,
     /// Consecutive failures per TrainJob, for the retry backoff.
     failures: Mutex<HashMap<ObjectRef<TrainJob>, u32>>,
     /// TrainJobs whose last reconcile found no plugin set able to serve
@@ -187,6 +189,7 @@ impl Context {
             recorder,
             memo: apply::AppliedMemo::default(),
             renders: render_memo::RenderMemo::default(),
+            snapshots: snapshot::ParsedSnapshots::default(),
             failures: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashSet::new()),
             patches_reported: Mutex::new(HashMap::new()),

@@ -8,10 +8,10 @@
 //! - triggers: an event on an object controlled by a TrainJob enqueues
 //!   that TrainJob.
 //!
-//! Cached objects keep their metadata parsed and their body as JSON text
-//! (parsed again by [`ObjectCache::live`]; readers of the metadata only use
-//! [`ObjectCache::live_metadata`]), and only the operator's own
-//! `managedFields` entry.
+//! Cached objects keep their metadata parsed and their body and field sets
+//! as JSON text (parsed again by [`ObjectCache::live`]; readers of the
+//! metadata only use [`ObjectCache::live_metadata`]), and only the
+//! operator's own `managedFields` entry.
 //!
 //! Kinds whose resource does not exist in the cluster (e.g. Volcano's
 //! PodGroup without Volcano installed) are skipped and retried when the
@@ -24,11 +24,13 @@
 //! the watch delivers a just-created object would create it again (and be
 //! refused), or render again what nothing changed.
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -127,6 +129,12 @@ fn caught_up(seen: Option<&str>, written: Option<&str>) -> bool {
         (Some(s), Some(w)) => s >= w,
         _ => true,
     }
+}
+
+/// Whether a watch event for an object at `seen` (its resourceVersion)
+/// delivers the very write the operator made at `written`.
+fn is_own_write(seen: Option<&str>, written: Option<&str>) -> bool {
+    seen.is_some() && seen == written
 }
 
 impl std::fmt::Debug for ObjectCache {
@@ -276,6 +284,10 @@ impl ObjectCache {
                     Ok(object) => {
                         // The store has this event now: a write it is at
                         // least as new as is served from the store again.
+                        // The event of exactly the operator's own write (same
+                        // resourceVersion) tells the reconcile that wrote it
+                        // nothing new: it triggers nothing.
+                        let mut own_write = false;
                         if let Ok(mut w) = writes.lock() {
                             let key = (
                                 watched_kind.clone(),
@@ -286,16 +298,16 @@ impl ObjectCache {
                                 },
                                 object.metadata.name.clone().unwrap_or_default(),
                             );
-                            if w.get(&key).is_some_and(|(written, _)| {
-                                caught_up(
-                                    object.metadata.resource_version.as_deref(),
-                                    written.metadata.resource_version.as_deref(),
-                                )
-                            }) {
-                                w.remove(&key);
+                            let seen = object.metadata.resource_version.as_deref();
+                            if let Some((written, _)) = w.get(&key) {
+                                let written = written.metadata.resource_version.as_deref();
+                                own_write = is_own_write(seen, written);
+                                if caught_up(seen, written) {
+                                    w.remove(&key);
+                                }
                             }
                         }
-                        if let Some(r) = controller_trainjob(&object) {
+                        if !own_write && let Some(r) = controller_trainjob(&object) {
                             let _ = trigger.send(r);
                         }
                     }
@@ -391,31 +403,63 @@ impl ObjectCache {
 }
 
 /// Keep a cached object's body (everything but apiVersion, kind and
-/// metadata) as its JSON text: a parsed tree takes several times the
-/// memory of its text, and the caches hold every JobSet and snapshot of the
-/// cluster. The text is in `data` as a JSON string, which the body of an
-/// object read from the API server never is (it is always a JSON object).
+/// metadata) and its managed field sets (`fieldsV1`) as JSON text: a parsed
+/// tree takes several times the memory of its text, and the caches hold
+/// every JobSet and snapshot of the cluster. A field set is read only when
+/// an apply cannot be skipped by resourceVersion (after a restart), and is
+/// the largest part of an applied object's metadata. The text is in `data`
+/// (and in `fieldsV1`) as a JSON string, which neither ever is in an object
+/// read from the API server (both are always JSON objects): a string body
+/// marks a compact object.
 fn compact(o: &mut DynamicObject) {
     if let Value::Object(_) = o.data
         && let Ok(text) = serde_json::to_string(&o.data)
     {
         o.data = Value::String(text);
+        for entry in o.metadata.managed_fields.iter_mut().flatten() {
+            if let Some(FieldsV1(set @ Value::Object(_))) = entry.fields_v1.as_mut()
+                && let Ok(text) = serde_json::to_string(set)
+            {
+                *set = Value::String(text);
+            }
+        }
     }
 }
 
-/// The object with its body parsed again (see [`compact`]); one that is
-/// not compact is returned as it is.
+/// The body of `o` (everything but apiVersion, kind and metadata) as JSON
+/// text: a cached object's text as it is (the watch cache keeps bodies as
+/// text), else serialised.
+pub fn body_text(o: &DynamicObject) -> Result<Cow<'_, str>, serde_json::Error> {
+    match &o.data {
+        Value::String(text) => Ok(Cow::Borrowed(text)),
+        other => serde_json::to_string(other).map(Cow::Owned),
+    }
+}
+
+/// The object with its body and field sets parsed again (see [`compact`]);
+/// one that is not compact is returned as it is.
 fn expand(o: Arc<DynamicObject>) -> Arc<DynamicObject> {
     let Value::String(text) = &o.data else {
         return o;
     };
-    match serde_json::from_str(text) {
-        Ok(data) => Arc::new(DynamicObject {
+    let parsed = serde_json::from_str(text).and_then(|data| {
+        let mut metadata = o.metadata.clone();
+        for entry in metadata.managed_fields.iter_mut().flatten() {
+            if let Some(FieldsV1(set)) = entry.fields_v1.as_mut()
+                && let Value::String(text) = set
+            {
+                *set = serde_json::from_str(text)?;
+            }
+        }
+        Ok(DynamicObject {
             types: o.types.clone(),
-            metadata: o.metadata.clone(),
+            metadata,
             data,
-        }),
-        // Unreachable: the text was written from a parsed body.
+        })
+    });
+    match parsed {
+        Ok(object) => Arc::new(object),
+        // Unreachable: the text was written from a parsed value.
         Err(e) => {
             warn!(error = %e, "a cached object's body does not parse again");
             o
@@ -456,7 +500,7 @@ impl ObjectSource for ObjectCache {
 
 #[cfg(test)]
 mod tests {
-    use super::{caught_up, compact, expand};
+    use super::{caught_up, compact, expand, is_own_write};
     use kube::api::DynamicObject;
     use serde_json::json;
     use std::sync::Arc;
@@ -465,7 +509,14 @@ mod tests {
     fn a_cached_body_is_text_and_reads_back_the_same() {
         let original: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": {"name": "j", "namespace": "n", "generation": 2, "labels": {"a": "b"}},
+            "metadata": {
+                "name": "j", "namespace": "n", "generation": 2, "labels": {"a": "b"},
+                "managedFields": [{
+                    "manager": "trainer", "operation": "Apply", "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {"f:suspend": {}, "f:replicatedJobs": {"k:{\"name\":\"node\"}": {".": {}}}}},
+                }],
+            },
             "spec": {"replicatedJobs": [{"name": "node", "replicas": 1}], "suspend": false},
             "status": {"conditions": [], "restarts": 0},
         }))
@@ -473,7 +524,23 @@ mod tests {
         let mut cached = original.clone();
         compact(&mut cached);
         assert!(cached.data.is_string(), "{:?}", cached.data);
-        assert_eq!(cached.metadata, original.metadata, "metadata stays parsed");
+        let sets: Vec<_> = cached.metadata.managed_fields.iter().flatten().collect();
+        assert_eq!(sets.len(), 1);
+        assert!(
+            sets[0].fields_v1.as_ref().is_some_and(|f| f.0.is_string()),
+            "the field set is text: {:?}",
+            sets[0].fields_v1
+        );
+        let without_sets = |m: &kube::api::ObjectMeta| {
+            let mut m = m.clone();
+            m.managed_fields = None;
+            m
+        };
+        assert_eq!(
+            without_sets(&cached.metadata),
+            without_sets(&original.metadata),
+            "the rest of the metadata stays parsed"
+        );
         compact(&mut cached);
         let back = expand(Arc::new(cached));
         assert_eq!(
@@ -483,6 +550,18 @@ mod tests {
         // An object that is not compact (the operator's own write) is served as is.
         let write = Arc::new(original.clone());
         assert!(Arc::ptr_eq(&expand(write.clone()), &write));
+    }
+
+    #[test]
+    fn only_the_event_of_the_write_itself_is_the_operators_own() {
+        assert!(is_own_write(Some("100"), Some("100")));
+        assert!(!is_own_write(Some("101"), Some("100")), "a later change");
+        assert!(!is_own_write(Some("99"), Some("100")), "an older event");
+        assert!(
+            !is_own_write(None, None),
+            "versions unknown: not known to be ours"
+        );
+        assert!(!is_own_write(Some("100"), None));
     }
 
     #[test]

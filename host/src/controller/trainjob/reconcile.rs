@@ -43,7 +43,7 @@ use kube::runtime::controller::Action;
 use serde_json::Value;
 use tokio::task::JoinError;
 use tracing::{Instrument, debug, info, info_span, warn};
-use trainforge_api::plugin::{KindRef, Phase, PluginError};
+use trainforge_api::plugin::{Info, KindRef, Phase, PluginError};
 use trainforge_api::trainer::v1alpha1::constants::{
     CONDITION_FAILED, GROUP, MANAGED_BY_TRAINJOB_CONTROLLER, REASON_TRAINING_RUNTIME_NOT_SUPPORTED,
     VERSION,
@@ -356,9 +356,20 @@ struct Reconcile<'a> {
     writes: u32,
 }
 
+/// A runtime info as the JSON the status call is given (and the render
+/// memo keeps).
+fn info_json(info: &Info) -> Result<Arc<str>, PipelineError> {
+    serde_json::to_string(info)
+        .map(Arc::from)
+        .map_err(|e| PipelineError::Serialize {
+            what: "runtime info",
+            reason: e.to_string(),
+        })
+}
+
 /// Step 1's result: the runtime, and whether its snapshot already exists.
 struct Resolved {
-    runtime: RuntimeObject,
+    runtime: Arc<RuntimeObject>,
     has_snapshot: bool,
 }
 
@@ -733,22 +744,27 @@ impl Reconcile<'_> {
     async fn resolve_runtime(&self) -> Result<Resolved, SnapshotError> {
         let cm_kind = KindRef::new("v1", "ConfigMap");
         let snap_name = snapshot::snapshot_name(self.name);
-        let cached = self.ctx.objects.live(&cm_kind, self.ns, &snap_name);
+        let cached = self
+            .ctx
+            .objects
+            .live_metadata(&cm_kind, self.ns, &snap_name);
         let applied_here = || {
             self.ctx
                 .memo
                 .knows(&(cm_kind.clone(), self.ns.to_owned(), snap_name.clone()))
         };
-        let cm = match cached {
-            Some(o) => serde_json::to_value(o.as_ref())
-                .ok()
-                .and_then(|v| serde_json::from_value(v).ok()),
-            None if applied_here() => snapshot::get_snapshot(&self.ctx.client, self.job).await?,
+        let runtime = match cached {
+            Some(cm) => Some(self.ctx.snapshots.runtime(self.job, &cm)?),
+            None if applied_here() => snapshot::get_snapshot(&self.ctx.client, self.job)
+                .await?
+                .map(|cm| snapshot::from_snapshot(self.job, &cm))
+                .transpose()?
+                .map(Arc::new),
             None => None,
         };
-        if let Some(cm) = cm {
+        if let Some(runtime) = runtime {
             return Ok(Resolved {
-                runtime: snapshot::from_snapshot(self.job, &cm)?,
+                runtime,
                 has_snapshot: true,
             });
         }
@@ -765,7 +781,7 @@ impl Reconcile<'_> {
             None => snapshot::live_runtime(&self.ctx.client, self.job).await?,
         };
         Ok(Resolved {
-            runtime,
+            runtime: Arc::new(runtime),
             has_snapshot: false,
         })
     }
@@ -815,14 +831,7 @@ impl Reconcile<'_> {
             Ok(applied) => {
                 let live =
                     |(kind, ns, name): &ObjectId| self.ctx.objects.live_metadata(kind, ns, name);
-                let info: Arc<str> = serde_json::to_string(&rendered.info)
-                    .map_err(|e| {
-                        ReconcileError::Build(PipelineError::Serialize {
-                            what: "runtime info",
-                            reason: e.to_string(),
-                        })
-                    })?
-                    .into();
+                let info = info_json(&rendered.info).map_err(ReconcileError::Build)?;
                 memo.record(self.job, inputs, applied, taken, info.clone(), live);
                 Ok(info)
             }
@@ -837,7 +846,7 @@ impl Reconcile<'_> {
     /// plugins took from outside their arguments.
     async fn build(
         &self,
-        runtime: &RuntimeObject,
+        runtime: &Arc<RuntimeObject>,
         plugins: &Arc<PluginSet>,
     ) -> Result<(Rendered, plugin::HostInputs), ReconcileError> {
         let (job, runtime, plugins) = (self.job.clone(), runtime.clone(), plugins.clone());
@@ -970,15 +979,10 @@ impl Reconcile<'_> {
         let answer = tokio::task::spawn_blocking(move || -> Result<_, PipelineError> {
             let info = match info {
                 Some(i) => i,
-                None => {
-                    let info = trainforge_api::blueprint::runtime_info_for(&job, runtime.spec())?;
-                    serde_json::to_string(&info)
-                        .map_err(|e| PipelineError::Serialize {
-                            what: "runtime info",
-                            reason: e.to_string(),
-                        })?
-                        .into()
-                }
+                None => info_json(&trainforge_api::blueprint::runtime_info_for(
+                    &job,
+                    runtime.spec(),
+                )?)?,
             };
             Ok(plugins.status_report_json(&job_json, &info))
         })

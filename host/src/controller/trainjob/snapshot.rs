@@ -5,8 +5,13 @@
 //! has been reconciled once; deleting the snapshot re-creates it from the
 //! live runtime.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
+use kube::api::DynamicObject;
 use serde_json::Value;
 use trainforge_api::trainer::v1alpha1::constants::{
     CLUSTER_TRAINING_RUNTIME_KIND, DEFAULT_RUNTIME_API_GROUP, DEFAULT_RUNTIME_KIND, GROUP,
@@ -14,6 +19,7 @@ use trainforge_api::trainer::v1alpha1::constants::{
 };
 use trainforge_api::trainer::v1alpha1::{ClusterTrainingRuntime, TrainJob, TrainingRuntime};
 
+use super::objects::body_text;
 use crate::pipeline::run::RuntimeObject;
 
 /// Why the runtime could not be resolved. Messages follow upstream's.
@@ -57,36 +63,68 @@ pub fn check_supported(job: &TrainJob) -> Result<(), SnapshotError> {
 
 /// Parse and check a snapshot ConfigMap against the TrainJob.
 pub fn from_snapshot(job: &TrainJob, cm: &ConfigMap) -> Result<RuntimeObject, SnapshotError> {
-    let uid = job.metadata.uid.as_deref().unwrap_or_default();
-    let owned = cm
-        .metadata
-        .owner_references
-        .as_ref()
-        .is_some_and(|o| o.iter().any(|o| o.controller == Some(true) && o.uid == uid));
-    if !owned {
-        return Err(SnapshotError::Invalid(
-            "a snapshot configmap exists but is owned by another object".into(),
-        ));
-    }
+    check_owner(job, &cm.metadata)?;
     let text = cm
         .data
         .as_ref()
         .and_then(|d| d.get("runtime"))
-        .ok_or_else(|| {
-            SnapshotError::Invalid("the snapshot configmap has no \"runtime\" key".into())
-        })?;
+        .ok_or_else(no_runtime_key)?;
+    let (group, runtime) = parse_runtime(text)?;
+    check_ref(job, &group, &runtime)?;
+    Ok(runtime)
+}
+
+fn no_runtime_key() -> SnapshotError {
+    SnapshotError::Invalid("the snapshot configmap has no \"runtime\" key".into())
+}
+
+/// A snapshot is used only by the TrainJob that controls it.
+fn check_owner(job: &TrainJob, meta: &ObjectMeta) -> Result<(), SnapshotError> {
+    let uid = job.metadata.uid.as_deref().unwrap_or_default();
+    let owned = meta
+        .owner_references
+        .as_ref()
+        .is_some_and(|o| o.iter().any(|o| o.controller == Some(true) && o.uid == uid));
+    if owned {
+        Ok(())
+    } else {
+        Err(SnapshotError::Invalid(
+            "a snapshot configmap exists but is owned by another object".into(),
+        ))
+    }
+}
+
+/// The API group of a snapshot's runtime and the runtime, from its
+/// `runtime` text (YAML).
+fn parse_runtime(text: &str) -> Result<(String, RuntimeObject), SnapshotError> {
     let value: Value = serde_saphyr::from_str(text)
         .map_err(|e| SnapshotError::Invalid(format!("runtime YAML: {e}")))?;
     let field = |p: &str| {
         value
-            .pointer(p)
+            .get(p)
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned()
     };
-    let (kind, name) = (field("/kind"), field("/metadata/name"));
-    let api_version = field("/apiVersion");
-    let group = api_version.split('/').next().unwrap_or_default();
+    let (kind, api_version) = (field("kind"), field("apiVersion"));
+    let group = api_version.split('/').next().unwrap_or_default().to_owned();
+    let bad = |e: serde_json::Error| SnapshotError::Invalid(format!("{kind} in the snapshot: {e}"));
+    let runtime = match kind.as_str() {
+        TRAINING_RUNTIME_KIND => {
+            RuntimeObject::Namespaced(serde_json::from_value(value).map_err(bad)?)
+        }
+        CLUSTER_TRAINING_RUNTIME_KIND => {
+            RuntimeObject::Cluster(serde_json::from_value(value).map_err(bad)?)
+        }
+        other => return Err(SnapshotError::Invalid(format!("unexpected kind {other:?}"))),
+    };
+    Ok((group, runtime))
+}
+
+/// The snapshot must hold the runtime `runtimeRef` names (kind, group and
+/// name).
+fn check_ref(job: &TrainJob, group: &str, runtime: &RuntimeObject) -> Result<(), SnapshotError> {
+    let (kind, name) = (runtime.kind(), runtime.name());
     let r = &job.spec.runtime_ref;
     if r.kind.as_deref().is_some_and(|k| k != kind)
         || r.api_group.as_deref().is_some_and(|g| g != group)
@@ -99,15 +137,77 @@ pub fn from_snapshot(job: &TrainJob, cm: &ConfigMap) -> Result<RuntimeObject, Sn
             r.name
         )));
     }
-    let bad = |e: serde_json::Error| SnapshotError::Invalid(format!("{kind} in the snapshot: {e}"));
-    match kind.as_str() {
-        TRAINING_RUNTIME_KIND => Ok(RuntimeObject::Namespaced(
-            serde_json::from_value(value).map_err(bad)?,
-        )),
-        CLUSTER_TRAINING_RUNTIME_KIND => Ok(RuntimeObject::Cluster(
-            serde_json::from_value(value).map_err(bad)?,
-        )),
-        other => Err(SnapshotError::Invalid(format!("unexpected kind {other:?}"))),
+    Ok(())
+}
+
+/// How many distinct snapshot texts [`ParsedSnapshots`] keeps.
+pub const PARSED_SNAPSHOTS: usize = 256;
+
+/// Runtimes parsed from snapshot ConfigMaps, by the ConfigMap's body text.
+///
+/// Rules:
+/// - a snapshot is written once and never changes, and the TrainJobs of one
+///   runtime version share the same text, so each distinct text is parsed
+///   once, not on every reconcile;
+/// - the key is the whole body text, compared in full (no hash stands in for
+///   it: one tenant's runtime can never be served for another's text);
+/// - the owner and `runtimeRef` checks run on every call, against the
+///   TrainJob at hand;
+/// - only texts that parse are kept, at most [`PARSED_SNAPSHOTS`] (all are
+///   dropped when full: the next reconciles parse again).
+#[derive(Debug, Default)]
+pub struct ParsedSnapshots {
+    parsed: Mutex<HashMap<String, (String, Arc<RuntimeObject>)>>,
+}
+
+impl ParsedSnapshots {
+    /// The runtime in the snapshot ConfigMap `cm` (as cached: its body may be
+    /// text, see [`body_text`]), checked against `job`.
+    pub fn runtime(
+        &self,
+        job: &TrainJob,
+        cm: &DynamicObject,
+    ) -> Result<Arc<RuntimeObject>, SnapshotError> {
+        check_owner(job, &cm.metadata)?;
+        let body = body_text(cm)
+            .map_err(|e| SnapshotError::Invalid(format!("the snapshot configmap: {e}")))?;
+        let known = self
+            .parsed
+            .lock()
+            .ok()
+            .and_then(|p| p.get(body.as_ref()).cloned());
+        let (group, runtime) = match known {
+            Some(r) => r,
+            None => {
+                let data: Value = serde_json::from_str(&body)
+                    .map_err(|e| SnapshotError::Invalid(format!("the snapshot configmap: {e}")))?;
+                let text = data
+                    .pointer("/data/runtime")
+                    .and_then(Value::as_str)
+                    .ok_or_else(no_runtime_key)?;
+                let (group, runtime) = parse_runtime(text)?;
+                let parsed = (group, Arc::new(runtime));
+                if let Ok(mut p) = self.parsed.lock() {
+                    if p.len() >= PARSED_SNAPSHOTS {
+                        p.clear();
+                    }
+                    p.insert(body.into_owned(), parsed.clone());
+                }
+                parsed
+            }
+        };
+        check_ref(job, &group, &runtime)?;
+        Ok(runtime)
+    }
+
+    /// How many texts are kept.
+    pub fn len(&self) -> usize {
+        self.parsed.lock().map_or(0, |p| p.len())
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -256,6 +356,91 @@ mod tests {
                 .starts_with("invalid runtime snapshot: runtime YAML"),
             "{e}"
         );
+    }
+
+    /// `cm` as the watch cache holds it: metadata parsed, body as text.
+    fn cached(cm: &ConfigMap) -> DynamicObject {
+        let mut o: DynamicObject =
+            serde_json::from_value(serde_json::to_value(cm).unwrap()).unwrap();
+        o.data = Value::String(serde_json::to_string(&o.data).unwrap());
+        o
+    }
+
+    fn job_with(uid: &str, runtime: &str) -> TrainJob {
+        let mut j = job(Some("TrainingRuntime"));
+        j.metadata.uid = Some(uid.into());
+        j.spec.runtime_ref.name = runtime.into();
+        j
+    }
+
+    #[test]
+    fn a_snapshot_text_is_parsed_once_and_checked_on_every_use() {
+        let parsed = ParsedSnapshots::default();
+        let (a, b) = (job_with("u1", "rt"), job_with("u2", "rt"));
+        let first = parsed.runtime(&a, &cached(&cm("u1", RT))).unwrap();
+        let second = parsed.runtime(&b, &cached(&cm("u2", RT))).unwrap();
+        assert!(Arc::ptr_eq(&first, &second), "the same text: parsed once");
+        assert_eq!(parsed.len(), 1);
+        assert_eq!(first.name(), "rt");
+        // An expanded body (the operator's own write) is the same text.
+        let mut written: DynamicObject =
+            serde_json::from_value(serde_json::to_value(cm("u1", RT)).unwrap()).unwrap();
+        written.data = serde_json::from_str(&body_text(&cached(&cm("u1", RT))).unwrap()).unwrap();
+        assert!(Arc::ptr_eq(&parsed.runtime(&a, &written).unwrap(), &first));
+
+        // A known text is still checked against the TrainJob at hand.
+        let e = parsed.runtime(&b, &cached(&cm("u1", RT))).unwrap_err();
+        assert!(e.to_string().contains("owned by another object"), "{e}");
+        let e = parsed
+            .runtime(&job_with("u3", "other"), &cached(&cm("u3", RT)))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("holds TrainingRuntime.trainer.kubeflow.org \"rt\""),
+            "{e}"
+        );
+        let mut cluster = job_with("u4", "rt");
+        cluster.spec.runtime_ref.kind = Some("ClusterTrainingRuntime".into());
+        let e = parsed
+            .runtime(&cluster, &cached(&cm("u4", RT)))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("runtimeRef is ClusterTrainingRuntime"),
+            "{e}"
+        );
+        let foreign_group = RT.replace("trainer.kubeflow.org/v1alpha1", "evil.example/v1");
+        let e = parsed
+            .runtime(&a, &cached(&cm("u1", &foreign_group)))
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("TrainingRuntime.evil.example"),
+            "{e}"
+        );
+
+        // What does not parse is refused and not kept.
+        let before = parsed.len();
+        for bad in ["{not yaml", "kind: Pod\n"] {
+            let e = parsed.runtime(&a, &cached(&cm("u1", bad))).unwrap_err();
+            assert!(e.to_string().starts_with("invalid runtime snapshot"), "{e}");
+        }
+        let mut no_key = cached(&cm("u1", RT));
+        no_key.data = Value::String("{\"data\":{}}".into());
+        let e = parsed.runtime(&a, &no_key).unwrap_err();
+        assert!(e.to_string().contains("no \"runtime\" key"), "{e}");
+        assert_eq!(parsed.len(), before);
+    }
+
+    #[test]
+    fn parsed_snapshots_stay_bounded() {
+        let parsed = ParsedSnapshots::default();
+        let a = job_with("u1", "rt");
+        for i in 0..=PARSED_SNAPSHOTS + 3 {
+            let text = format!("{RT}  # version {i}\n");
+            parsed.runtime(&a, &cached(&cm("u1", &text))).unwrap();
+            assert!(parsed.len() <= PARSED_SNAPSHOTS, "{} kept", parsed.len());
+        }
+        assert!(!parsed.is_empty());
     }
 
     #[test]
