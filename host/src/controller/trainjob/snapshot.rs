@@ -143,6 +143,13 @@ fn check_ref(job: &TrainJob, group: &str, runtime: &RuntimeObject) -> Result<(),
 /// How many distinct snapshot texts [`ParsedSnapshots`] keeps.
 pub const PARSED_SNAPSHOTS: usize = 256;
 
+/// The largest snapshot text [`ParsedSnapshots`] keeps (a runtime's is a
+/// few KiB; a larger one is parsed on every use, as before the memo).
+pub const PARSED_SNAPSHOT_BYTES: usize = 64 * 1024;
+
+/// How many bytes of snapshot text [`ParsedSnapshots`] keeps in all.
+pub const PARSED_SNAPSHOTS_BUDGET: usize = 4 * 1024 * 1024;
+
 /// Runtimes parsed from snapshot ConfigMaps, by the ConfigMap's body text.
 ///
 /// Rules:
@@ -153,11 +160,21 @@ pub const PARSED_SNAPSHOTS: usize = 256;
 ///   it: one tenant's runtime can never be served for another's text);
 /// - the owner and `runtimeRef` checks run on every call, against the
 ///   TrainJob at hand;
-/// - only texts that parse are kept, at most [`PARSED_SNAPSHOTS`] (all are
-///   dropped when full: the next reconciles parse again).
+/// - only texts that parse are kept, each at most [`PARSED_SNAPSHOT_BYTES`],
+///   at most [`PARSED_SNAPSHOTS`] of them and [`PARSED_SNAPSHOTS_BUDGET`]
+///   bytes in all (all are dropped when full: the next reconciles parse
+///   again). Whoever can write a snapshot ConfigMap can make it large; the
+///   memo never keeps more than its budget because of that.
 #[derive(Debug, Default)]
 pub struct ParsedSnapshots {
-    parsed: Mutex<HashMap<String, (String, Arc<RuntimeObject>)>>,
+    parsed: Mutex<Parsed>,
+}
+
+/// The texts kept and their total size.
+#[derive(Debug, Default)]
+struct Parsed {
+    by_text: HashMap<String, (String, Arc<RuntimeObject>)>,
+    bytes: usize,
 }
 
 impl ParsedSnapshots {
@@ -175,7 +192,7 @@ impl ParsedSnapshots {
             .parsed
             .lock()
             .ok()
-            .and_then(|p| p.get(body.as_ref()).cloned());
+            .and_then(|p| p.by_text.get(body.as_ref()).cloned());
         let (group, runtime) = match known {
             Some(r) => r,
             None => {
@@ -187,11 +204,16 @@ impl ParsedSnapshots {
                     .ok_or_else(no_runtime_key)?;
                 let (group, runtime) = parse_runtime(text)?;
                 let parsed = (group, Arc::new(runtime));
-                if let Ok(mut p) = self.parsed.lock() {
-                    if p.len() >= PARSED_SNAPSHOTS {
-                        p.clear();
+                if body.len() <= PARSED_SNAPSHOT_BYTES
+                    && let Ok(mut p) = self.parsed.lock()
+                {
+                    if p.by_text.len() >= PARSED_SNAPSHOTS
+                        || p.bytes + body.len() > PARSED_SNAPSHOTS_BUDGET
+                    {
+                        *p = Parsed::default();
                     }
-                    p.insert(body.into_owned(), parsed.clone());
+                    p.bytes += body.len();
+                    p.by_text.insert(body.into_owned(), parsed.clone());
                 }
                 parsed
             }
@@ -202,7 +224,12 @@ impl ParsedSnapshots {
 
     /// How many texts are kept.
     pub fn len(&self) -> usize {
-        self.parsed.lock().map_or(0, |p| p.len())
+        self.parsed.lock().map_or(0, |p| p.by_text.len())
+    }
+
+    /// How many bytes of text are kept.
+    pub fn bytes(&self) -> usize {
+        self.parsed.lock().map_or(0, |p| p.bytes)
     }
 
     /// Whether none is kept.
@@ -439,6 +466,30 @@ mod tests {
             let text = format!("{RT}  # version {i}\n");
             parsed.runtime(&a, &cached(&cm("u1", &text))).unwrap();
             assert!(parsed.len() <= PARSED_SNAPSHOTS, "{} kept", parsed.len());
+        }
+        assert!(!parsed.is_empty());
+
+        // Large texts: one above the per-text limit is used but not kept;
+        // the total stays within the budget.
+        let parsed = ParsedSnapshots::default();
+        let padded = |i: usize, size: usize| format!("{RT}  # {i} {}\n", "x".repeat(size));
+        parsed
+            .runtime(&a, &cached(&cm("u1", &padded(0, PARSED_SNAPSHOT_BYTES))))
+            .unwrap();
+        assert!(parsed.is_empty(), "a text over the limit is not kept");
+        for i in 0..2 * PARSED_SNAPSHOTS_BUDGET / PARSED_SNAPSHOT_BYTES {
+            let rt = parsed
+                .runtime(
+                    &a,
+                    &cached(&cm("u1", &padded(i, PARSED_SNAPSHOT_BYTES / 2))),
+                )
+                .unwrap();
+            assert_eq!(rt.name(), "rt");
+            assert!(
+                parsed.bytes() <= PARSED_SNAPSHOTS_BUDGET,
+                "{} bytes kept",
+                parsed.bytes()
+            );
         }
         assert!(!parsed.is_empty());
     }
