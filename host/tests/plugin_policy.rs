@@ -331,3 +331,188 @@ fn plugins_keep_their_deadline_after_the_runtime_is_dropped() {
     assert_eq!(e.reason(), "Timeout");
     assert!(start.elapsed() < Duration::from_secs(5));
 }
+
+/// A hostile plugin named `name` declaring `keys` and every reconcile and
+/// validate phase (and `status` with `status`), doing `config`.
+fn keyed_with(
+    rt: &PluginRuntime,
+    name: &str,
+    keys: &[&str],
+    status: bool,
+    config: serde_json::Value,
+) -> LoadedPlugin {
+    let mut phases = vec![
+        "enforce-ml-policy",
+        "enforce-pod-group-policy",
+        "enforce-pod-spec",
+        "pre-build",
+        "build",
+        "validate",
+    ];
+    if status {
+        phases.push("status");
+    }
+    let d = json!({"name": name, "policy_keys": keys, "emits": [], "phases": phases});
+    hostile_with(rt, Some(d), config, FailurePolicy::Fail)
+}
+
+fn keyed(rt: &PluginRuntime, name: &str, keys: &[&str], config: serde_json::Value) -> LoadedPlugin {
+    keyed_with(rt, name, keys, false, config)
+}
+
+/// The plugin names in `recorder`'s calls after the first `skip`, with the
+/// phase, in order.
+fn called(recorder: &Recorder, skip: usize) -> Vec<(String, String)> {
+    recorder.0.lock().unwrap()[skip..]
+        .iter()
+        .map(|(p, ph, _, _)| (p.clone(), ph.clone()))
+        .collect()
+}
+
+/// `info()` with `mlPolicy.<field>` set to `{}`.
+fn info_with_ml(field: &str) -> Info {
+    let mut i = info();
+    i.runtime_policy.ml_policy.as_mut().unwrap()[field] = json!({});
+    i
+}
+
+#[test]
+fn policy_keys_route_every_phase_and_a_plugin_only_fails_its_own_trainjobs() {
+    let recorder = Arc::new(Recorder::default());
+    let rt = PluginRuntime::new(RuntimeConfig {
+        observer: Some(recorder.clone()),
+        limits: trainforge::plugin::Limits {
+            timeout: Duration::from_millis(300),
+            ..Default::default()
+        },
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    // A scheduler and a framework plugin for policies the runtime does not
+    // set, failing in every phase under failurePolicy: Fail.
+    let other = |attack: &str| keyed(&rt, "other", &["mlPolicy.other"], json!({"attack": attack}));
+    let gang = |attack: &str| {
+        keyed(
+            &rt,
+            "gang",
+            &["podGroupPolicy.gang", "mlPolicy.gang"],
+            json!({"attack": attack}),
+        )
+    };
+    let reconcile =
+        PluginSet::new(vec![other("panic"), gang("panic"), minimal(&rt, |_| {})]).unwrap();
+    let validate = PluginSet::new(vec![
+        other("trap-validate"),
+        gang("trap-validate"),
+        minimal(&rt, |_| {}),
+    ])
+    .unwrap();
+    let status = PluginSet::new(vec![keyed_with(
+        &rt,
+        "other",
+        &["mlPolicy.other"],
+        true,
+        json!({"attack": "bad-status"}),
+    )])
+    .unwrap();
+    let skip = recorder.0.lock().unwrap().len();
+
+    let out = reconcile.reconcile(&trainjob(), &info()).unwrap();
+    assert_eq!(out.objects.len(), 1, "the minimal plugin still builds");
+    assert!(out.warnings.is_empty(), "{:?}", out.warnings);
+    let v = validate.validate(&trainjob(), None, &info()).unwrap();
+    assert!(v.errors.is_empty() && v.ignored.is_empty(), "{v:?}");
+    assert_eq!(
+        status.status_report(&trainjob(), &info()).unwrap(),
+        Default::default()
+    );
+    let names: Vec<String> = called(&recorder, skip)
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert!(
+        names.iter().all(|p| p == "minimal") && names.len() == 3,
+        "only the minimal plugin is called: {names:?}"
+    );
+
+    // A runtime that sets the policy gets the plugin, failures and all.
+    let e = reconcile
+        .reconcile(&trainjob(), &info_with_ml("other"))
+        .unwrap_err();
+    assert_eq!(e.reason(), "Trap", "{e}");
+    assert!(e.to_string().contains("other"), "{e}");
+    for field in ["other", "gang"] {
+        let e = validate
+            .validate(&trainjob(), None, &info_with_ml(field))
+            .unwrap_err();
+        assert!(e.to_string().contains(field), "{e}");
+    }
+    let mut gang_info = info();
+    gang_info.runtime_policy.pod_group_policy = Some(json!({"gang": {"x": 1}}));
+    let e = reconcile.reconcile(&trainjob(), &gang_info).unwrap_err();
+    assert!(
+        e.to_string().contains("gang"),
+        "one key of several suffices: {e}"
+    );
+    let e = status
+        .status_report(&trainjob(), &info_with_ml("other"))
+        .unwrap_err();
+    assert_eq!(e.reason(), "InvalidOutput", "{e}");
+    // JSON null is an unset policy.
+    let mut null_info = info();
+    null_info.runtime_policy.ml_policy.as_mut().unwrap()["other"] = serde_json::Value::Null;
+    reconcile.reconcile(&trainjob(), &null_info).unwrap();
+
+    // No keys, or a bare root key, is called for every TrainJob.
+    for keys in [
+        &[][..],
+        &["mlPolicy"][..],
+        &["podGroupPolicy", "mlPolicy.other"][..],
+    ] {
+        let set =
+            PluginSet::new(vec![keyed(&rt, "always", keys, json!({"attack": "panic"}))]).unwrap();
+        let e = set.reconcile(&trainjob(), &info()).unwrap_err();
+        assert_eq!(e.reason(), "Trap", "{keys:?}: {e}");
+    }
+}
+
+#[test]
+fn no_plugin_can_route_another_in_or_out() {
+    let rt = short_deadline_runtime();
+    let set_policy = |value: serde_json::Value| {
+        json!({"set": [{"phase": "enforce-ml-policy", "target": "info",
+            "pointer": "/runtimePolicy/mlPolicy/other", "value": value}]})
+    };
+    let victim = || {
+        keyed(
+            &rt,
+            "other",
+            &["mlPolicy.other"],
+            json!({"attack": "panic"}),
+        )
+    };
+    // Pull in: an earlier plugin writes the policy into the info; the
+    // plugin it names is still not called for this runtime.
+    let set = PluginSet::new(vec![
+        keyed(&rt, "puller", &[], set_policy(json!({}))),
+        victim(),
+    ])
+    .unwrap();
+    let out = set.reconcile(&trainjob(), &info()).unwrap();
+    assert_eq!(
+        out.info.runtime_policy.get("mlPolicy.other"),
+        Some(&json!({}))
+    );
+    // Keep out: an earlier plugin erases the policy the runtime sets; the
+    // plugin serving it is still called (and here fails the pass).
+    let set = PluginSet::new(vec![
+        keyed(&rt, "eraser", &[], set_policy(serde_json::Value::Null)),
+        victim(),
+    ])
+    .unwrap();
+    let e = set
+        .reconcile(&trainjob(), &info_with_ml("other"))
+        .unwrap_err();
+    assert_eq!(e.reason(), "Trap", "{e}");
+    assert!(e.to_string().contains("other"), "{e}");
+}

@@ -5,6 +5,7 @@
 //! [`KindRef`] are also the types of `ClusterTrainerPlugin`'s `spec.phases`,
 //! `spec.allowedKinds` and `spec.allowedReads` (hence their JSON schemas).
 
+use super::info::RuntimePolicy;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -183,6 +184,22 @@ impl Descriptor {
     pub fn implements(&self, phase: Phase) -> bool {
         self.phases.iter().any(|p| p == phase.as_str())
     }
+
+    /// Whether the host calls this plugin for a TrainJob whose runtime has
+    /// `policy` (as the host derived it, before any plugin ran). A plugin
+    /// whose policy keys all name a policy field (`mlPolicy.torch`,
+    /// `podGroupPolicy.volcano`) is called only when the runtime sets at
+    /// least one of them; a plugin with no policy keys, or with a bare root
+    /// key (`mlPolicy`), is called for every TrainJob.
+    pub fn serves(&self, policy: &RuntimePolicy) -> bool {
+        !self.routed_by_policy() || self.policy_keys.iter().any(|k| policy.get(k).is_some())
+    }
+
+    /// Whether [`Descriptor::serves`] depends on the runtime's policies:
+    /// there are policy keys and every one names a field.
+    pub fn routed_by_policy(&self) -> bool {
+        !self.policy_keys.is_empty() && self.policy_keys.iter().all(|k| k.contains('.'))
+    }
 }
 
 /// What an enforce/pre-build phase changed (`None` = unchanged).
@@ -298,6 +315,40 @@ impl From<serde_json::Error> for PluginError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn declaring(keys: &[&str]) -> Descriptor {
+        Descriptor {
+            policy_keys: keys.iter().map(|k| (*k).to_owned()).collect(),
+            ..Descriptor::default()
+        }
+    }
+
+    #[test]
+    fn policy_keys_route_calls() {
+        let torch = RuntimePolicy {
+            ml_policy: Some(serde_json::json!({"numNodes": 2, "torch": {}, "mpi": null})),
+            pod_group_policy: None,
+        };
+        // Field keys: called only when the runtime sets one of them (JSON
+        // null is unset).
+        assert!(declaring(&["mlPolicy.torch"]).serves(&torch));
+        assert!(declaring(&["mlPolicy.jax", "mlPolicy.torch"]).serves(&torch));
+        assert!(!declaring(&["mlPolicy.mpi"]).serves(&torch));
+        assert!(!declaring(&["podGroupPolicy.volcano"]).serves(&torch));
+        assert!(!declaring(&["mlPolicy.torch"]).serves(&RuntimePolicy::default()));
+        // No keys or a bare root: called for every TrainJob.
+        for keys in [
+            &[][..],
+            &["mlPolicy"],
+            &["mlPolicy", "mlPolicy.mpi"],
+            &["podGroupPolicy"],
+        ] {
+            let d = declaring(keys);
+            assert!(!d.routed_by_policy(), "{keys:?}");
+            assert!(d.serves(&torch), "{keys:?}");
+            assert!(d.serves(&RuntimePolicy::default()), "{keys:?}");
+        }
+    }
 
     #[test]
     fn phase_names_round_trip() {

@@ -16,6 +16,16 @@
 //!   allow is refused (`PodSecurity`, see [`super::pod_policy`]);
 //! - two objects with the same kind and name are refused
 //!   (`ForbiddenObject`), whichever plugins emitted them.
+//!
+//! Routing: a plugin takes part in a pass only if it serves the runtime's
+//! policies ([`Descriptor::serves`]: a plugin whose policy keys all name
+//! a field, such as `mlPolicy.mpi`, is called only when the runtime sets
+//! one of them). The decision is made from the info the host built, before any
+//! plugin ran, so no plugin can pull another into a TrainJob or keep it
+//! out; and a failing plugin costs only the TrainJobs whose runtime uses
+//! its policy.
+//!
+//! [`Descriptor::serves`]: trainforge_api::plugin::Descriptor::serves
 
 use super::Error;
 use super::FailurePolicy;
@@ -27,7 +37,7 @@ use super::sandbox::CallScope;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use trainforge_api::plugin::{FieldError, Info, KindRef, Mutation, Phase};
+use trainforge_api::plugin::{FieldError, Info, KindRef, Mutation, Phase, RuntimePolicy};
 
 /// What a reconcile pass produced.
 #[derive(Debug, Clone)]
@@ -240,6 +250,39 @@ impl PluginSet {
         &self.plugins
     }
 
+    /// The plugins that serve a runtime with `policy`, in order (see the
+    /// module's routing rule).
+    fn serving<'a>(
+        &'a self,
+        policy: &'a RuntimePolicy,
+    ) -> impl Iterator<Item = &'a LoadedPlugin> + 'a {
+        self.plugins
+            .iter()
+            .filter(|p| p.descriptor().serves(policy))
+    }
+
+    /// The runtime policies of `info` (an [`Info`] as JSON) when routing
+    /// `phase` depends on them, else none (nothing is parsed).
+    fn policy_for(&self, phase: Phase, info: &str) -> Result<RuntimePolicy, Error> {
+        if !self
+            .plugins
+            .iter()
+            .any(|p| p.calls(phase) && p.descriptor().routed_by_policy())
+        {
+            return Ok(RuntimePolicy::default());
+        }
+        /// Only the policies of an info; every other field is skipped.
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Policies {
+            #[serde(default)]
+            runtime_policy: RuntimePolicy,
+        }
+        serde_json::from_str::<Policies>(info)
+            .map(|p| p.runtime_policy)
+            .map_err(|e| Error::Host(format!("reading the info's runtimePolicy: {e}")))
+    }
+
     /// Run enforce-ml-policy → enforce-pod-group-policy → enforce-pod-spec →
     /// pre-build → build for the stored TrainJob `trainjob`, threading an
     /// in-memory copy of it and the info through every plugin (see the
@@ -262,13 +305,14 @@ impl PluginSet {
         };
         let mut warnings = Vec::new();
         let mut last_info_writer: Option<&str> = None;
+        let serving: Vec<&LoadedPlugin> = self.serving(&info.runtime_policy).collect();
         for phase in [
             Phase::EnforceMlPolicy,
             Phase::EnforcePodGroupPolicy,
             Phase::EnforcePodSpec,
             Phase::PreBuild,
         ] {
-            for p in self.plugins.iter().filter(|p| p.calls(phase)) {
+            for p in serving.iter().filter(|p| p.calls(phase)) {
                 let r = p
                     .enforce(phase, &input, &scope)
                     .and_then(|m| contain_mutation(p, phase, &owner, &seen, m));
@@ -287,7 +331,7 @@ impl PluginSet {
         }
         let mut objects = Vec::new();
         let mut names: BTreeMap<(KindRef, String), String> = BTreeMap::new();
-        for p in self.plugins.iter().filter(|p| p.calls(Phase::Build)) {
+        for p in serving.iter().filter(|p| p.calls(Phase::Build)) {
             let r = p
                 .build(&input, &owner)
                 .and_then(|objs| contain_objects(p, &seen, &names, objs));
@@ -351,7 +395,8 @@ impl PluginSet {
     ) -> Result<ValidateOutput, Error> {
         let mut out = ValidateOutput::default();
         let scope = scope_of_json(&input.trainjob);
-        for p in self.plugins.iter().filter(|p| p.calls(Phase::Validate)) {
+        let policy = self.policy_for(Phase::Validate, &input.info)?;
+        for p in self.serving(&policy).filter(|p| p.calls(Phase::Validate)) {
             let start = std::time::Instant::now();
             let result = match budget {
                 None => p.validate(input, &scope),
@@ -417,7 +462,8 @@ impl PluginSet {
     /// (`info` must be an [`Info`] as JSON; the operator keeps a render's
     /// info in this form).
     pub fn status_report_json(&self, trainjob: &Value, info: &str) -> Result<StatusOutput, Error> {
-        let Some(p) = self.plugins.iter().find(|p| p.calls(Phase::Status)) else {
+        let policy = self.policy_for(Phase::Status, info)?;
+        let Some(p) = self.serving(&policy).find(|p| p.calls(Phase::Status)) else {
             return Ok(StatusOutput::default());
         };
         let input = PhaseInput {

@@ -146,6 +146,8 @@ impl<P: Plugin> Harness<P> {
 
     /// Run one phase on the current TrainJob/info, keeping its changes.
     /// `build`, `validate` and `status` are run by [`Harness::run`] instead.
+    /// The phase is called even when the plugin does not serve the runtime
+    /// (unlike the host; see [`Harness::served`]), so it can be tested alone.
     pub fn run_phase(&mut self, phase: Phase) -> Result<(), PluginError> {
         let (trainjob, info, config) = self.inputs()?;
         let mut ctx = PhaseContext::from_json_lazy(&trainjob, &info, &config, &self.host)?;
@@ -183,11 +185,29 @@ impl<P: Plugin> Harness<P> {
         ))
     }
 
+    /// Whether the host would call this plugin at all for the info's
+    /// runtime: a plugin whose policy keys all name a field
+    /// (`mlPolicy.minimal`) is called only when the runtime sets one of
+    /// them ([`trainforge_api::plugin::Descriptor::serves`]).
+    pub fn served(&self) -> bool {
+        self.plugin.describe().serves(&self.info.runtime_policy)
+    }
+
     /// Run every reconcile phase the plugin declares, in host order, then
     /// `build` and `status`. Errors if `build` emits an undeclared kind or an
-    /// object outside the TrainJob's namespace (as the host would).
+    /// object outside the TrainJob's namespace (as the host would). Like the
+    /// host, calls nothing when the plugin does not serve the runtime
+    /// ([`Harness::served`]): the outcome is then the input, unchanged.
     pub fn run(mut self) -> Result<Outcome, PluginError> {
         let d = self.plugin.describe();
+        if !d.serves(&self.info.runtime_policy) {
+            return Ok(Outcome {
+                info: self.info,
+                trainjob: self.trainjob,
+                objects: Vec::new(),
+                status: None,
+            });
+        }
         for phase in d.known_phases() {
             self.run_phase(phase)?;
         }
@@ -235,8 +255,13 @@ impl<P: Plugin> Harness<P> {
         })
     }
 
-    /// Run `validate` for a create (`old = None`) or an update.
+    /// Run `validate` for a create (`old = None`) or an update; like the
+    /// host, an empty validation when the plugin does not serve the runtime
+    /// ([`Harness::served`]).
     pub fn validate(&self, old: Option<Value>) -> Result<Validation, PluginError> {
+        if !self.served() {
+            return Ok(Validation::default());
+        }
         let (trainjob, info, config) = self.inputs()?;
         let old = old.map(|o| o.to_string());
         let ctx =
@@ -251,4 +276,57 @@ impl<P: Plugin> Harness<P> {
 
 fn internal(what: &str, e: serde_json::Error) -> PluginError {
     PluginError::Internal(format!("{what}: {e}"))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::prelude::*;
+
+    /// Labels the JobSet and refuses every TrainJob, when called.
+    #[derive(Default)]
+    struct Keyed;
+    impl Plugin for Keyed {
+        fn describe(&self) -> Descriptor {
+            DescriptorBuilder::new("keyed", "0")
+                .policy_key("mlPolicy.keyed")
+                .phase(Phase::EnforceMlPolicy)
+                .phase(Phase::Validate)
+                .build()
+        }
+        fn enforce_ml_policy(&self, ctx: &mut PhaseContext) -> Result<(), PluginError> {
+            ctx.info_mut().labels.insert("called".into(), "yes".into());
+            Ok(())
+        }
+        fn validate(&self, _: &ValidateContext) -> Result<Validation, PluginError> {
+            let mut v = Validation::default();
+            v.errors.push(FieldError::invalid("spec", "refused"));
+            Ok(v)
+        }
+    }
+
+    fn harness(ml_policy: Value) -> Harness<Keyed> {
+        let mut info = Info::default();
+        info.runtime_policy.ml_policy = Some(ml_policy);
+        Harness::new(json!({"metadata": {"name": "j", "namespace": "ns"}}), info)
+    }
+
+    #[test]
+    fn run_and_validate_route_like_the_host() {
+        let away = harness(json!({"torch": {}}));
+        assert!(!away.served());
+        assert!(away.validate(None).unwrap().errors.is_empty());
+        assert!(away.run().unwrap().info.labels.is_empty());
+
+        let served = harness(json!({"keyed": {}}));
+        assert!(served.served());
+        assert_eq!(served.validate(None).unwrap().errors.len(), 1);
+        assert_eq!(served.run().unwrap().info.labels["called"], "yes");
+
+        // run_phase calls the phase regardless, for unit tests of one phase.
+        let mut alone = harness(json!({}));
+        alone.run_phase(Phase::EnforceMlPolicy).unwrap();
+        assert_eq!(alone.info.labels["called"], "yes");
+    }
 }
