@@ -12,6 +12,11 @@
 #                      TrainJobs to Complete (memory, CPU, API requests from
 #                      the audit log, latency, start-up), then the Wasm÷native
 #                      ratio per plugin phase; figures printed, not asserted
+#   make bench-upstream  make bench with the upstream Kubeflow Trainer v2.3.0
+#                      controller measured the same way after ours, on a
+#                      fresh control plane, and a Trainforge÷upstream ratio
+#                      per figure (= BENCH_UPSTREAM=1 make bench; builds it
+#                      with testenv/upstream.sh: Go, a few minutes cold)
 #   make controlplane  build the test control plane (Go; cached by version,
 #                      a no-op when up to date, tens of minutes when cold)
 #
@@ -23,7 +28,7 @@ CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 DEMO_ARGS ?=
 
-.PHONY: demo test bench controlplane preflight preflight-tests
+.PHONY: demo test bench bench-upstream upstream controlplane preflight preflight-tests
 
 # One `cargo build` for the operator and the demo runner, so that their
 # shared dependencies are built once, with the features `make test` uses too:
@@ -57,20 +62,31 @@ test: preflight-tests controlplane
 # BENCH_PROFILE=dev: the build it already has (see README). The Wasm÷native
 # bench is selected across the workspace so that its features are the ones
 # `make test` built with (no rebuild of shared dependencies).
+# BENCH_UPSTREAM=1 (or `make bench-upstream`) also builds the upstream
+# controller (testenv/upstream.sh, not part of test, demo or CI) and passes
+# it as --upstream: the bench then measures it the same way, after ours.
 BENCH_JOBS ?= 300
 BENCH_PROFILE ?= release
 BENCH_ARGS ?=
+BENCH_UPSTREAM ?=
 BENCH_BIN := $(TARGET_DIR)/$(if $(filter dev,$(BENCH_PROFILE)),debug,$(BENCH_PROFILE))/trainforge
 BENCH_ARTIFACTS := $(TARGET_DIR)/bench-artifacts-$(BENCH_PROFILE)
-bench: preflight controlplane
+bench: preflight controlplane $(if $(BENCH_UPSTREAM),upstream)
 	$(CARGO) build -p trainforge -p trainforge-testenv -p trainforge-sdk --lib --bins
 ifneq ($(BENCH_PROFILE),dev)
 	$(CARGO) build --profile $(BENCH_PROFILE) --locked -p trainforge --bin trainforge
 endif
 	rm -rf "$(BENCH_ARTIFACTS)"
 	"$(BENCH_BIN)" plugin precompile --out "$(BENCH_ARTIFACTS)"
-	"$(TARGET_DIR)/debug/trainforge-bench" --operator "$(BENCH_BIN)" --artifacts "$(BENCH_ARTIFACTS)" --jobs $(BENCH_JOBS) $(BENCH_ARGS)
+	"$(TARGET_DIR)/debug/trainforge-bench" --operator "$(BENCH_BIN)" --artifacts "$(BENCH_ARTIFACTS)" --jobs $(BENCH_JOBS) \
+	  $(if $(BENCH_UPSTREAM),--upstream "$$(testenv/upstream.sh --print-bin)") $(BENCH_ARGS)
 	$(CARGO) bench --profile $(if $(filter dev,$(BENCH_PROFILE)),dev,bench) --locked --workspace --bench wasm_native
+
+bench-upstream:
+	$(MAKE) bench BENCH_UPSTREAM=1
+
+upstream:
+	testenv/upstream.sh
 
 controlplane:
 	testenv/build.sh

@@ -26,6 +26,9 @@ use crate::{
     Error, Mode, apiserver, controller_manager, crds, etcd, jobset, kubeconfig, kwok, scheduler,
 };
 
+/// The environment's certificates, under its directory (see [`Pki`]).
+const PKI_DIR: &str = "pki";
+
 /// A running control plane (see the crate docs).
 #[derive(Debug)]
 pub struct TestEnv {
@@ -166,7 +169,7 @@ async fn boot(
     };
 
     let t = Instant::now();
-    let pki = Pki::create(&dir.join("pki"))?;
+    let pki = Pki::create(&dir.join(PKI_DIR))?;
     step("pki", t);
 
     let t = Instant::now();
@@ -346,9 +349,26 @@ impl TestEnv {
     /// sees them, e.g. `system:serviceaccount:NS:NAME`): see
     /// [`TestEnv::audit_log`].
     pub fn start_audited(mode: Mode, users: &[&str]) -> Result<Self, Error> {
-        let paths = Paths::from_env();
+        Self::start_audited_with(mode, Paths::from_env(), users)
+    }
+
+    /// Like [`TestEnv::start_audited`] with explicit paths (e.g. another
+    /// controller's CRDs as [`Paths::own_crds`]).
+    pub fn start_audited_with(mode: Mode, paths: Paths, users: &[&str]) -> Result<Self, Error> {
         paths.check(mode)?;
         Self::boot_thread(mode, paths, users.iter().map(|u| u.to_string()).collect())
+    }
+
+    /// The CA that signs every certificate of the environment (PEM file):
+    /// the API server trusts webhooks that serve [`TestEnv::webhook_cert_dir`].
+    pub fn ca_crt(&self) -> PathBuf {
+        self.dir.join(PKI_DIR).join("ca.crt")
+    }
+
+    /// `tls.crt`/`tls.key` for a webhook server on `127.0.0.1`, signed by
+    /// [`TestEnv::ca_crt`].
+    pub fn webhook_cert_dir(&self) -> PathBuf {
+        self.dir.join(PKI_DIR).join("webhook")
     }
 
     /// The audit log (JSON lines of `audit.k8s.io/v1` Events), if this

@@ -51,6 +51,7 @@ pub mod ports;
 pub mod process;
 pub mod registry;
 pub mod scheduler;
+pub mod upstream;
 pub mod wait;
 pub mod webhooks;
 

@@ -16,6 +16,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -43,6 +44,7 @@ const FIELD_MANAGER: &str = "trainforge-testenv";
 pub struct Front {
     addr: SocketAddr,
     backends: Arc<Mutex<Vec<SocketAddr>>>,
+    connections: Arc<AtomicU64>,
 }
 
 impl Front {
@@ -59,6 +61,8 @@ impl Front {
             .map_err(|e| Error::io("reading the webhook front's address".to_owned(), e))?;
         let backends: Arc<Mutex<Vec<SocketAddr>>> = Arc::default();
         let shared = backends.clone();
+        let connections: Arc<AtomicU64> = Arc::default();
+        let accepted = connections.clone();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -76,6 +80,7 @@ impl Front {
                         let Ok((inbound, _)) = listener.accept().await else {
                             continue;
                         };
+                        accepted.fetch_add(1, Ordering::Relaxed);
                         let candidates = shared.lock().map(|b| b.clone()).unwrap_or_default();
                         next = next.wrapping_add(1);
                         tokio::spawn(forward(inbound, candidates, next));
@@ -83,12 +88,22 @@ impl Front {
                 });
             })
             .map_err(|e| Error::io("spawning the webhook front".to_owned(), e))?;
-        Ok(Front { addr, backends })
+        Ok(Front {
+            addr,
+            backends,
+            connections,
+        })
     }
 
     /// Where the API server connects.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Connections accepted so far (the API server keeps connections
+    /// alive: this counts connections, not admission requests).
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
     }
 
     /// Route connections to `backend` too (an operator came up).

@@ -20,6 +20,14 @@
 //! workers included). Figures are printed, never asserted: the exit code
 //! only says whether the run itself worked (operator ready, every TrainJob
 //! Complete in time).
+//!
+//! With `--upstream BINARY` (the Kubeflow Trainer v2.3.0 controller manager
+//! `testenv/upstream.sh` builds), the same is measured for upstream
+//! afterwards, on a fresh control plane of the same mode with upstream's own
+//! CRDs, RBAC and admission webhooks, audited for its ServiceAccount: one
+//! start (start → `/readyz`), idle memory, and the same load. `BENCH
+//! upstream` lines give its figures, `BENCH ratio` lines Trainforge ÷
+//! upstream per figure.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,9 +43,10 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch,
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use trainforge_testenv::paths::Paths;
 use trainforge_testenv::process::{Proc, log_tail, spawn};
 use trainforge_testenv::webhooks::Front;
-use trainforge_testenv::{Mode, TestEnv, kubeconfig, manifests, ports};
+use trainforge_testenv::{Mode, TestEnv, kubeconfig, manifests, ports, upstream};
 
 mod audit;
 mod stats;
@@ -82,6 +91,16 @@ struct Args {
     /// memory.
     #[arg(long, default_value_t = 10)]
     settle: u64,
+    /// The upstream Kubeflow Trainer controller manager to measure the same
+    /// way after Trainforge, on a fresh control plane (`testenv/upstream.sh
+    /// --print-bin`; `make bench-upstream` builds it and passes it).
+    #[arg(long)]
+    upstream: Option<PathBuf>,
+    /// Upstream's data files: its CRDs, webhook configurations, RBAC and
+    /// configuration (default: the `data/` next to the `bin/` of
+    /// `--upstream`, as `testenv/upstream.sh` lays them out).
+    #[arg(long, requires = "upstream")]
+    upstream_data: Option<PathBuf>,
 }
 
 /// Why a run failed.
@@ -89,14 +108,16 @@ struct Args {
 enum BenchError {
     #[error("the operator binary {} does not exist (build it, or pass --operator)", .0.display())]
     OperatorMissing(PathBuf),
+    #[error("the upstream controller {} does not exist (testenv/upstream.sh builds it)", .0.display())]
+    UpstreamMissing(PathBuf),
     #[error("test environment: {0}")]
     Env(#[from] trainforge_testenv::Error),
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    #[error("the operator exited: {0}")]
-    OperatorExited(String),
-    #[error("the operator was not ready after {0}s; its log ends with:\n{1}")]
-    NotReady(u64, String),
+    #[error("{0} exited: {1}")]
+    Exited(String, String),
+    #[error("{0} was not ready after {1}s; its log ends with:\n{2}")]
+    NotReady(String, u64, String),
     #[error("{done} of {jobs} TrainJobs Complete after {secs}s ({failed} Failed)")]
     NotComplete {
         done: usize,
@@ -132,23 +153,25 @@ async fn main() -> ExitCode {
         Ok(b) => return fail(BenchError::OperatorMissing(b)),
         Err(e) => return fail(e),
     };
-    let env =
-        match tokio::task::spawn_blocking(|| TestEnv::start_audited(Mode::Full, &[OPERATOR_USER]))
-            .await
-        {
-            Ok(Ok(env)) => env,
-            Ok(Err(e)) => return fail(e.into()),
-            Err(e) => return fail(BenchError::Setup(format!("control plane start: {e}"))),
-        };
-    let code = match run(&env, &args, &bin).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(e),
+    // Checked before the Trainforge run, so that a missing build fails at once.
+    let theirs = match upstream_inputs(&args) {
+        Ok(u) => u,
+        Err(e) => return fail(e),
     };
-    if let Ok(client) = env.client().await {
-        let _ = trainforge_testenv::webhooks::unregister(&client, &repo_root()).await;
+    let (ours, ours_cold) = match trainforge(&args, &bin).await {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    let Some((upstream_bin, upstream_data)) = theirs else {
+        return ExitCode::SUCCESS;
+    };
+    match upstream_run(&args, &upstream_bin, &upstream_data).await {
+        Ok(theirs) => {
+            print_ratios(&ours, ours_cold.as_ref(), &theirs);
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
     }
-    drop(env);
-    code
 }
 
 fn fail(e: BenchError) -> ExitCode {
@@ -169,6 +192,34 @@ fn mib(kib: u64) -> f64 {
 
 fn now() -> Timestamp {
     Timestamp::try_from(SystemTime::now()).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// `--upstream` and its data directory, checked.
+fn upstream_inputs(args: &Args) -> Result<Option<(PathBuf, PathBuf)>, BenchError> {
+    let Some(bin) = &args.upstream else {
+        return Ok(None);
+    };
+    if !bin.is_file() {
+        return Err(BenchError::UpstreamMissing(bin.clone()));
+    }
+    let data = args
+        .upstream_data
+        .clone()
+        .unwrap_or_else(|| upstream::data_dir_for(bin));
+    upstream::check(&data)?;
+    Ok(Some((bin.clone(), data)))
+}
+
+/// A fresh full control plane auditing `user`'s requests.
+async fn start_env(paths: Paths, user: &'static str) -> Result<TestEnv, BenchError> {
+    match tokio::task::spawn_blocking(move || {
+        TestEnv::start_audited_with(Mode::Full, paths, &[user])
+    })
+    .await
+    {
+        Ok(env) => Ok(env?),
+        Err(e) => Err(BenchError::Setup(format!("control plane start: {e}"))),
+    }
 }
 
 /// Server-side apply every document of `file` (`kustomization.yaml` files
@@ -215,11 +266,7 @@ async fn install(
             plugins += apply_file(client, &f).await?;
         }
     }
-    apply_file(
-        client,
-        &root.join("manifests/runtimes/torch-distributed.yaml"),
-    )
-    .await?;
+    apply_file(client, &torch_runtime()).await?;
     trainforge_testenv::webhooks::register(client, &root, front.addr()).await?;
     println!(
         "bench: installed the operator's RBAC, {plugins} plugin configs, the torch-distributed runtime, the webhooks"
@@ -227,9 +274,16 @@ async fn install(
     Ok(kc)
 }
 
-/// A running operator, owned by a thread of its own (the process is killed
-/// when the thread that spawned it ends).
+/// The `torch-distributed` ClusterTrainingRuntime both runs use.
+fn torch_runtime() -> PathBuf {
+    repo_root().join("manifests/runtimes/torch-distributed.yaml")
+}
+
+/// A running controller, owned by a thread of its own (the process is
+/// killed when the thread that spawned it ends).
 struct Operator {
+    name: String,
+    /// Where `/readyz` (and, for Trainforge, `/metrics`) is served.
     addr: String,
     pid: u32,
     log: PathBuf,
@@ -239,6 +293,57 @@ struct Operator {
 }
 
 impl Operator {
+    /// `bin args` as component `name` (log `logs/<name>.log`) with `env`,
+    /// serving `/readyz` on `addr`.
+    fn spawn(
+        name: &str,
+        bin: &Path,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        logs: &Path,
+        addr: String,
+    ) -> Result<Operator, BenchError> {
+        let (bin, logs, thread_name) = (bin.to_path_buf(), logs.to_path_buf(), name.to_owned());
+        let exited = Arc::new(Mutex::new(None));
+        let exited_w = exited.clone();
+        let (started_tx, started_rx) = mpsc::channel();
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let env: Vec<(&str, &str)> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let mut proc: Proc = match spawn(&thread_name, &bin, &args, &logs, &env) {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = started_tx.send(Err(e));
+                    return;
+                }
+            };
+            let _ = started_tx.send(Ok((proc.pid(), proc.log.clone())));
+            while let Err(mpsc::RecvTimeoutError::Timeout) =
+                stop_rx.recv_timeout(Duration::from_millis(100))
+            {
+                if let Err(e) = proc.check_running() {
+                    let mut slot = exited_w.lock().unwrap_or_else(|p| p.into_inner());
+                    slot.get_or_insert_with(|| e.to_string());
+                }
+            }
+            proc.stop(Duration::from_secs(10));
+        });
+        match started_rx.recv() {
+            Ok(Ok((pid, log))) => Ok(Operator {
+                name: name.to_owned(),
+                addr,
+                pid,
+                log,
+                exited,
+                stop: stop_tx,
+                thread,
+            }),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(BenchError::Setup(format!("the thread of {name} died"))),
+        }
+    }
+
     /// `bin operator` with the Deployment's flags, as the ServiceAccount of
     /// `kubeconfig`, caching compiled plugins in `cache`.
     fn start(
@@ -268,53 +373,16 @@ impl Operator {
             "--webhook-host=127.0.0.1".into(),
         ];
         args.extend(extra.iter().map(|a| a.to_string()));
-        let (bin, kc, logs, name) = (
-            bin.to_path_buf(),
-            kubeconfig.to_string_lossy().into_owned(),
-            logs.to_path_buf(),
-            name.to_owned(),
-        );
-        let exited = Arc::new(Mutex::new(None));
-        let exited_w = exited.clone();
-        let (started_tx, started_rx) = mpsc::channel();
-        let (stop_tx, stop_rx) = mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let env = [
-                ("KUBECONFIG", kc.as_str()),
-                ("RUST_LOG", "info"),
-                ("POD_NAMESPACE", OPERATOR_NAMESPACE),
-                ("POD_NAME", name.as_str()),
-            ];
-            let mut proc: Proc = match spawn(&name, &bin, &args, &logs, &env) {
-                Ok(p) => p,
-                Err(e) => {
-                    let _ = started_tx.send(Err(e));
-                    return;
-                }
-            };
-            let _ = started_tx.send(Ok((proc.pid(), proc.log.clone())));
-            while let Err(mpsc::RecvTimeoutError::Timeout) =
-                stop_rx.recv_timeout(Duration::from_millis(100))
-            {
-                if let Err(e) = proc.check_running() {
-                    let mut slot = exited_w.lock().unwrap_or_else(|p| p.into_inner());
-                    slot.get_or_insert_with(|| e.to_string());
-                }
-            }
-            proc.stop(Duration::from_secs(10));
-        });
-        match started_rx.recv() {
-            Ok(Ok((pid, log))) => Ok(Operator {
-                addr,
-                pid,
-                log,
-                exited,
-                stop: stop_tx,
-                thread,
-            }),
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(BenchError::Setup("the operator thread died".into())),
-        }
+        let env = vec![
+            (
+                "KUBECONFIG".to_owned(),
+                kubeconfig.to_string_lossy().into_owned(),
+            ),
+            ("RUST_LOG".to_owned(), "info".to_owned()),
+            ("POD_NAMESPACE".to_owned(), OPERATOR_NAMESPACE.to_owned()),
+            ("POD_NAME".to_owned(), name.to_owned()),
+        ];
+        Operator::spawn(name, bin, args, env, logs, addr)
     }
 
     fn check(&self) -> Result<(), BenchError> {
@@ -324,10 +392,10 @@ impl Operator {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
         {
-            Some(s) => Err(BenchError::OperatorExited(format!(
-                "{s}\n{}",
-                log_tail(&self.log, 30)
-            ))),
+            Some(s) => Err(BenchError::Exited(
+                self.name.clone(),
+                format!("{s}\n{}", log_tail(&self.log, 30)),
+            )),
             None => Ok(()),
         }
     }
@@ -341,6 +409,7 @@ impl Operator {
             }
             if since.elapsed() > timeout {
                 return Err(BenchError::NotReady(
+                    self.name.clone(),
                     timeout.as_secs(),
                     log_tail(&self.log, 30),
                 ));
@@ -423,7 +492,7 @@ fn metric_sum(text: &str, name: &str) -> f64 {
         .sum()
 }
 
-/// One start of the operator, measured.
+/// One start of a controller, measured.
 struct Start {
     ready: Duration,
     cpu: f64,
@@ -432,20 +501,14 @@ struct Start {
     to: Timestamp,
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Start a controller with `start` and measure it until `/readyz` answers.
 async fn measured_start(
-    bin: &Path,
-    kc: &Path,
-    cache: &Path,
-    env: &TestEnv,
-    name: &str,
-    front: &Front,
+    start: impl FnOnce() -> Result<Operator, BenchError>,
     timeout: Duration,
-    extra: &[&str],
 ) -> Result<(Operator, Sampler, Start), BenchError> {
     let from = now();
     let t0 = Instant::now();
-    let op = Operator::start(bin, kc, cache, &env.dir().join("logs"), name, front, extra)?;
+    let op = start()?;
     let sampler = Sampler::start(op.pid);
     let ready = op.wait_ready(t0, timeout).await?;
     let start = Start {
@@ -487,77 +550,47 @@ fn is_true(o: &DynamicObject, t: &str) -> bool {
         })
 }
 
-async fn run(env: &TestEnv, args: &Args, bin: &Path) -> Result<(), BenchError> {
-    let client = env.client().await?;
-    let front = Front::start()?;
-    let kc = install(env, &client, &front).await?;
+/// What the load cost one controller.
+struct Load {
+    created_in: Duration,
+    all_done: Duration,
+    last_jobset: Duration,
+    /// create → JobSet of every TrainJob whose JobSet was seen, sorted.
+    latency: Vec<Duration>,
+    cpu: f64,
+    peak_kib: u64,
+    end_kib: u64,
+    from: Timestamp,
+    to: Timestamp,
+    /// `/metrics` before and after the load (when scraped).
+    metrics: (String, String),
+}
+
+/// What one controller cost, measured the same way for Trainforge and
+/// upstream.
+struct Cost {
+    /// The start that served the load (Trainforge: warm plugin cache).
+    start: Start,
+    idle_kib: u64,
+    load: Load,
+    /// API requests over the load.
+    api_load: audit::Counts,
+    /// API requests from start to ready.
+    api_start: audit::Counts,
+}
+
+/// Create `--jobs` torch TrainJobs with `--concurrency` clients and wait
+/// until every one is Complete, measuring `op` (`sampler` samples its
+/// tree). With `scrape`, `/metrics` on `op.addr` before and after.
+async fn run_load(
+    env: &TestEnv,
+    client: &kube::Client,
+    op: &Operator,
+    sampler: &Sampler,
+    args: &Args,
+    scrape: bool,
+) -> Result<Load, BenchError> {
     let timeout = Duration::from_secs(args.timeout);
-    let cache = env.dir().join("plugin-cache");
-    println!(
-        "bench: operator {} ({} jobs, {} node(s) each, {} clients)",
-        bin.display(),
-        args.jobs,
-        args.nodes,
-        args.concurrency
-    );
-
-    // 1. Cold, compiling every plugin: no shipped artifacts, empty cache.
-    // (An operator without shipped artifacts predates the flag: it is only
-    // given along with `--artifacts`.)
-    let none: &[&str] = if args.artifacts.is_some() {
-        &["--no-plugin-artifacts"]
-    } else {
-        &[]
-    };
-    let (op, sampler, compiled) = measured_start(
-        bin,
-        &kc,
-        &cache,
-        env,
-        "operator-compile",
-        &front,
-        timeout,
-        none,
-    )
-    .await?;
-    drop(sampler);
-    op.stop().await;
-    // 2. Cold as shipped: precompiled builtins, an empty cache.
-    let shipped_flag = args
-        .artifacts
-        .as_ref()
-        .map(|d| format!("--plugin-artifacts-dir={}", d.display()));
-    let shipped: Vec<&str> = shipped_flag.iter().map(String::as_str).collect();
-    let cold = match &args.artifacts {
-        Some(_) => {
-            let (op, sampler, cold) = measured_start(
-                bin,
-                &kc,
-                &env.dir().join("plugin-cache-empty"),
-                env,
-                "operator-cold",
-                &front,
-                timeout,
-                &shipped,
-            )
-            .await?;
-            drop(sampler);
-            op.stop().await;
-            Some(cold)
-        }
-        None => {
-            println!("bench: no --artifacts: skipping the cold start with precompiled builtins");
-            None
-        }
-    };
-    // 3. Warm: the first start's cache, a new process; this one serves the load.
-    let (op, sampler, warm) =
-        measured_start(bin, &kc, &cache, env, "operator", &front, timeout, &shipped).await?;
-    tokio::time::sleep(Duration::from_secs(args.settle)).await;
-    op.check()?;
-    let idle_kib = tree_rss_kib(op.pid);
-
-    // 3. Load.
     let ns = env.create_namespace("bench").await?;
     let gvk = |g: &str, v: &str, k: &str| ApiResource::from_gvk(&GroupVersionKind::gvk(g, v, k));
     let jobsets: Api<DynamicObject> = Api::namespaced_with(
@@ -587,14 +620,21 @@ async fn run(env: &TestEnv, args: &Args, bin: &Path) -> Result<(), BenchError> {
             }
         })
     };
+    let scrape_metrics = || async {
+        if scrape {
+            http_get(&op.addr, "/metrics")
+                .await
+                .map(|(_, b)| b)
+                .unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
     tokio::time::sleep(Duration::from_millis(500)).await;
     sampler.reset();
-    let metrics0 = http_get(&op.addr, "/metrics")
-        .await
-        .map(|(_, b)| b)
-        .unwrap_or_default();
+    let metrics0 = scrape_metrics().await;
     let cpu0 = cpu_seconds(op.pid).unwrap_or(0.0);
-    let load_from = now();
+    let from = now();
     let t0 = Instant::now();
     let names: Vec<String> = (0..args.jobs).map(|i| format!("bench-{i}")).collect();
     let created: Vec<Result<(String, Instant), kube::Error>> = futures::stream::iter(names)
@@ -629,13 +669,10 @@ async fn run(env: &TestEnv, args: &Args, bin: &Path) -> Result<(), BenchError> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let all_done = t0.elapsed();
-    let load_to = now();
+    let to = now();
     let cpu = cpu_seconds(op.pid).unwrap_or(0.0) - cpu0;
     let peak_kib = sampler.peak_kib();
-    let metrics1 = http_get(&op.addr, "/metrics")
-        .await
-        .map(|(_, b)| b)
-        .unwrap_or_default();
+    let metrics1 = scrape_metrics().await;
     watch.abort();
     if done < args.jobs {
         return Err(BenchError::NotComplete {
@@ -659,17 +696,125 @@ async fn run(env: &TestEnv, args: &Args, bin: &Path) -> Result<(), BenchError> {
         }
     }
     latency.sort();
-    op.stop().await;
+    Ok(Load {
+        created_in,
+        all_done,
+        last_jobset,
+        latency,
+        cpu,
+        peak_kib,
+        end_kib,
+        from,
+        to,
+        metrics: (metrics0, metrics1),
+    })
+}
 
+/// `user`'s API requests over the load and from start to ready, from the
+/// environment's audit log.
+fn api_counts(
+    env: &TestEnv,
+    user: &str,
+    load: &Load,
+    start: &Start,
+) -> Result<(audit::Counts, audit::Counts), BenchError> {
     let log = env
         .audit_log()
         .ok_or_else(|| BenchError::Audit("kube-apiserver wrote no audit log".into()))?;
-    let requests =
-        audit::read(&log, OPERATOR_USER).map_err(|e| BenchError::Audit(e.to_string()))?;
-    let load = audit::Counts::of(&requests, load_from, load_to);
-    let start_api = audit::Counts::of(&requests, warm.from, warm.to);
-    let per = |n: u64| n as f64 / args.jobs as f64;
-    let per_f = |n: f64| n / args.jobs as f64;
+    let requests = audit::read(&log, user).map_err(|e| BenchError::Audit(e.to_string()))?;
+    Ok((
+        audit::Counts::of(&requests, load.from, load.to),
+        audit::Counts::of(&requests, start.from, start.to),
+    ))
+}
+
+/// Trainforge on a control plane of its own, torn down before this returns:
+/// its cost, and its cold start as shipped (with `--artifacts`).
+async fn trainforge(args: &Args, bin: &Path) -> Result<(Cost, Option<Start>), BenchError> {
+    let env = start_env(Paths::from_env(), OPERATOR_USER).await?;
+    let result = run(&env, args, bin).await;
+    if let Ok(client) = env.client().await {
+        let _ = trainforge_testenv::webhooks::unregister(&client, &repo_root()).await;
+    }
+    drop(env);
+    result
+}
+
+async fn run(env: &TestEnv, args: &Args, bin: &Path) -> Result<(Cost, Option<Start>), BenchError> {
+    let client = env.client().await?;
+    let front = Front::start()?;
+    let kc = install(env, &client, &front).await?;
+    let timeout = Duration::from_secs(args.timeout);
+    let cache = env.dir().join("plugin-cache");
+    let logs = env.dir().join("logs");
+    println!(
+        "bench: operator {} ({} jobs, {} node(s) each, {} clients)",
+        bin.display(),
+        args.jobs,
+        args.nodes,
+        args.concurrency
+    );
+
+    // 1. Cold, compiling every plugin: no shipped artifacts, empty cache.
+    // (An operator without shipped artifacts predates the flag: it is only
+    // given along with `--artifacts`.)
+    let none: &[&str] = if args.artifacts.is_some() {
+        &["--no-plugin-artifacts"]
+    } else {
+        &[]
+    };
+    let (op, sampler, compiled) = measured_start(
+        || Operator::start(bin, &kc, &cache, &logs, "operator-compile", &front, none),
+        timeout,
+    )
+    .await?;
+    drop(sampler);
+    op.stop().await;
+    // 2. Cold as shipped: precompiled builtins, an empty cache.
+    let shipped_flag = args
+        .artifacts
+        .as_ref()
+        .map(|d| format!("--plugin-artifacts-dir={}", d.display()));
+    let shipped: Vec<&str> = shipped_flag.iter().map(String::as_str).collect();
+    let cold = match &args.artifacts {
+        Some(_) => {
+            let empty = env.dir().join("plugin-cache-empty");
+            let (op, sampler, cold) = measured_start(
+                || Operator::start(bin, &kc, &empty, &logs, "operator-cold", &front, &shipped),
+                timeout,
+            )
+            .await?;
+            drop(sampler);
+            op.stop().await;
+            Some(cold)
+        }
+        None => {
+            println!("bench: no --artifacts: skipping the cold start with precompiled builtins");
+            None
+        }
+    };
+    // 3. Warm: the first start's cache, a new process; this one serves the load.
+    let (op, sampler, warm) = measured_start(
+        || Operator::start(bin, &kc, &cache, &logs, "operator", &front, &shipped),
+        timeout,
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(args.settle)).await;
+    op.check()?;
+    let idle_kib = tree_rss_kib(op.pid);
+
+    // 4. Load.
+    let load = run_load(env, &client, &op, &sampler, args, true).await?;
+    drop(sampler);
+    op.stop().await;
+    let (api_load, api_start) = api_counts(env, OPERATOR_USER, &load, &warm)?;
+    let cost = Cost {
+        start: warm,
+        idle_kib,
+        load,
+        api_load,
+        api_start,
+    };
 
     let start_line = |what: &str, s: &Start| {
         println!(
@@ -683,36 +828,11 @@ async fn run(env: &TestEnv, args: &Args, bin: &Path) -> Result<(), BenchError> {
     if let Some(cold) = &cold {
         start_line("empty plugin cache, shipped builtin artifacts", cold);
     }
-    start_line("warm plugin cache", &warm);
-    println!(
-        "BENCH operator RSS idle {}s after ready: {:.1} MiB",
-        args.settle,
-        mib(idle_kib)
-    );
-    println!(
-        "BENCH {} TrainJobs created in {:.1} s; all Complete {:.1} s after the first create; last JobSet at {:.1} s",
-        args.jobs,
-        created_in.as_secs_f64(),
-        all_done.as_secs_f64(),
-        last_jobset.as_secs_f64()
-    );
-    println!(
-        "BENCH create -> JobSet: p50 {:.0} ms, p90 {:.0} ms, max {:.0} ms ({} JobSets seen)",
-        percentile(&latency, 0.5).as_secs_f64() * 1e3,
-        percentile(&latency, 0.9).as_secs_f64() * 1e3,
-        latency.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
-        latency.len()
-    );
-    println!(
-        "BENCH operator RSS over the load: peak {:.1} MiB, end {:.1} MiB",
-        mib(peak_kib),
-        mib(end_kib)
-    );
-    println!(
-        "BENCH operator CPU-seconds, first create -> all Complete: {cpu:.2} ({:.1} ms per TrainJob)",
-        cpu * 1e3 / args.jobs as f64
-    );
-    let delta = |name: &str| metric_sum(&metrics1, name) - metric_sum(&metrics0, name);
+    start_line("warm plugin cache", &cost.start);
+    print_load(&OURS, &cost, args);
+    let per_f = |n: f64| n / args.jobs as f64;
+    let (metrics0, metrics1) = (&cost.load.metrics.0, &cost.load.metrics.1);
+    let delta = |name: &str| metric_sum(metrics1, name) - metric_sum(metrics0, name);
     println!(
         "BENCH operator work over the load: {:.1} reconciles and {:.1} plugin calls per TrainJob, {:.2} ms of plugin calls per TrainJob ({:.1} µs per call), {:.0} admission reviews",
         per_f(delta("trainforge_reconcile_total")),
@@ -723,7 +843,7 @@ async fn run(env: &TestEnv, args: &Args, bin: &Path) -> Result<(), BenchError> {
         delta("trainforge_admission_requests_total"),
     );
     let by_phase = |text: &str| metric_by(text, "trainforge_plugin_calls_total", "phase");
-    let (p0, p1) = (by_phase(&metrics0), by_phase(&metrics1));
+    let (p0, p1) = (by_phase(metrics0), by_phase(metrics1));
     let phases: Vec<String> = p1
         .iter()
         .map(|(phase, n)| {
@@ -738,27 +858,321 @@ async fn run(env: &TestEnv, args: &Args, bin: &Path) -> Result<(), BenchError> {
         phases.join(", "),
         per_f(delta("trainforge_renders_reused_total"))
     );
+    print_api(&OURS, &cost, args);
+    Ok((cost, cold))
+}
+
+/// Upstream on a fresh control plane with its own CRDs, torn down before
+/// this returns.
+async fn upstream_run(args: &Args, bin: &Path, data: &Path) -> Result<Cost, BenchError> {
+    let mut paths = Paths::from_env();
+    paths.own_crds = upstream::crds_dir(data);
     println!(
-        "BENCH API writes by the operator over the load: {} ({:.2} per TrainJob)",
-        load.writes(),
-        per(load.writes())
+        "bench: upstream {} on a fresh control plane with its CRDs ({})",
+        bin.display(),
+        paths.own_crds.display()
+    );
+    let env = start_env(paths, upstream::USER).await?;
+    let result = async {
+        let client = env.client().await?;
+        let front = Front::start()?;
+        let ca = env.ca_crt();
+        let ca = std::fs::read_to_string(&ca)
+            .map_err(|e| BenchError::Setup(format!("reading {}: {e}", ca.display())))?;
+        let hooks = upstream::webhook_configurations(data, front.addr(), &ca)?;
+        let result = run_upstream(&env, &client, &front, &hooks, args, bin, data).await;
+        let _ = upstream::unregister(&client, &hooks).await;
+        result
+    }
+    .await;
+    drop(env);
+    result
+}
+
+/// The `spec` of the first document of a manifest.
+fn spec_of(file: &Path) -> Result<Value, BenchError> {
+    Ok(manifests::load_yaml_docs(file)?
+        .into_iter()
+        .next()
+        .and_then(|d| d.get("spec").cloned())
+        .unwrap_or(Value::Null))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_upstream(
+    env: &TestEnv,
+    client: &kube::Client,
+    front: &Front,
+    hooks: &[Value],
+    args: &Args,
+    bin: &Path,
+    data: &Path,
+) -> Result<Cost, BenchError> {
+    let timeout = Duration::from_secs(args.timeout);
+    // Its RBAC and identity (the namespace is there: the environment
+    // installs manifests/public), our torch runtime, its webhooks.
+    let rbac = upstream::rbac_objects(data)?;
+    for obj in &rbac {
+        manifests::apply(client, obj, FIELD_MANAGER).await?;
+    }
+    let kc = env.dir().join("upstream-sa.kubeconfig");
+    kubeconfig::write_service_account(
+        env.kubeconfig(),
+        upstream::NAMESPACE,
+        upstream::SERVICE_ACCOUNT,
+        86_400,
+        &kc,
+    )
+    .await?;
+    apply_file(client, &torch_runtime()).await?;
+    let same =
+        spec_of(&torch_runtime())? == spec_of(&data.join("runtimes/torch_distributed.yaml"))?;
+    upstream::register(client, hooks).await?;
+    println!(
+        "bench: upstream: installed its ServiceAccount, ClusterRole and binding ({} objects), the torch-distributed runtime ({}), its webhooks (via a front, CA bundle of the environment)",
+        rbac.len(),
+        if same {
+            "spec identical to upstream's torch_distributed.yaml"
+        } else {
+            "WARNING: its spec differs from upstream's torch_distributed.yaml"
+        }
+    );
+
+    let ports = upstream::Ports {
+        health: ports::free_port()?,
+        metrics: ports::free_port()?,
+        webhook: ports::free_port()?,
+        status: ports::free_port()?,
+    };
+    let config = env.dir().join("upstream-config.yaml");
+    std::fs::write(&config, upstream::config(data, ports)?)
+        .map_err(|e| BenchError::Setup(format!("writing {}: {e}", config.display())))?;
+    let tmp = upstream::cert_tmpdir(&env.dir().join("upstream-tmp"), &env.webhook_cert_dir())?;
+    front.add(std::net::SocketAddr::from(([127, 0, 0, 1], ports.webhook)));
+    // The Deployment's arguments (manifests/base/manager).
+    let spawn_args = vec![
+        format!("--config={}", config.display()),
+        "--zap-log-level=2".to_owned(),
+    ];
+    let spawn_env = vec![
+        ("KUBECONFIG".to_owned(), kc.display().to_string()),
+        ("TMPDIR".to_owned(), tmp.display().to_string()),
+    ];
+    let logs = env.dir().join("logs");
+    let addr = format!("127.0.0.1:{}", ports.health);
+    println!(
+        "bench: upstream: {} jobs, {} node(s) each, {} clients",
+        args.jobs, args.nodes, args.concurrency
+    );
+    let (op, sampler, start) = measured_start(
+        || Operator::spawn("upstream", bin, spawn_args, spawn_env, &logs, addr),
+        timeout,
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(args.settle)).await;
+    op.check()?;
+    let idle_kib = tree_rss_kib(op.pid);
+    let load = run_load(env, client, &op, &sampler, args, false).await?;
+    drop(sampler);
+    op.stop().await;
+    let (api_load, api_start) = api_counts(env, upstream::USER, &load, &start)?;
+    let cost = Cost {
+        start,
+        idle_kib,
+        load,
+        api_load,
+        api_start,
+    };
+    println!(
+        "BENCH upstream controller start -> ready: {:.2} s, {:.2} CPU-s, peak RSS {:.1} MiB",
+        cost.start.ready.as_secs_f64(),
+        cost.start.cpu,
+        mib(cost.start.peak_kib)
+    );
+    print_load(&THEIRS, &cost, args);
+    print_api(&THEIRS, &cost, args);
+    println!(
+        "bench: upstream: the API server opened {} connections to its webhooks",
+        front.connections()
+    );
+    Ok(cost)
+}
+
+/// How one controller's lines read.
+struct Label {
+    /// The lines' prefix.
+    bench: &'static str,
+    /// What the controller is called in them.
+    who: &'static str,
+    /// Which start the start → ready requests are of.
+    start: &'static str,
+}
+
+const OURS: Label = Label {
+    bench: "BENCH",
+    who: "operator",
+    start: " (warm)",
+};
+
+const THEIRS: Label = Label {
+    bench: "BENCH upstream",
+    who: "controller",
+    start: "",
+};
+
+/// Idle memory and what the load cost.
+fn print_load(l: &Label, c: &Cost, args: &Args) {
+    let (b, who, load) = (l.bench, l.who, &c.load);
+    println!(
+        "{b} {who} RSS idle {}s after ready: {:.1} MiB",
+        args.settle,
+        mib(c.idle_kib)
     );
     println!(
-        "BENCH API reads by the operator over the load: get {} ({:.2} per TrainJob), list {}, watch {}",
-        load.verb("get"),
-        per(load.verb("get")),
-        load.verb("list"),
-        load.verb("watch")
+        "{b} {} TrainJobs created in {:.1} s; all Complete {:.1} s after the first create; last JobSet at {:.1} s",
+        args.jobs,
+        load.created_in.as_secs_f64(),
+        load.all_done.as_secs_f64(),
+        load.last_jobset.as_secs_f64()
     );
     println!(
-        "BENCH API requests by the operator over the load, by verb and resource: {}",
-        load.breakdown()
+        "{b} create -> JobSet: p50 {:.0} ms, p90 {:.0} ms, max {:.0} ms ({} JobSets seen)",
+        percentile(&load.latency, 0.5).as_secs_f64() * 1e3,
+        percentile(&load.latency, 0.9).as_secs_f64() * 1e3,
+        load.latency
+            .last()
+            .copied()
+            .unwrap_or_default()
+            .as_secs_f64()
+            * 1e3,
+        load.latency.len()
     );
     println!(
-        "BENCH API requests by the operator from start to ready (warm): {}",
-        start_api.breakdown()
+        "{b} {who} RSS over the load: peak {:.1} MiB, end {:.1} MiB",
+        mib(load.peak_kib),
+        mib(load.end_kib)
     );
-    Ok(())
+    println!(
+        "{b} {who} CPU-seconds, first create -> all Complete: {:.2} ({:.1} ms per TrainJob)",
+        load.cpu,
+        load.cpu * 1e3 / args.jobs as f64
+    );
+}
+
+/// The controller's API requests (audit log).
+fn print_api(l: &Label, c: &Cost, args: &Args) {
+    let (b, who, api) = (l.bench, l.who, &c.api_load);
+    let per = |n: u64| n as f64 / args.jobs as f64;
+    println!(
+        "{b} API writes by the {who} over the load: {} ({:.2} per TrainJob)",
+        api.writes(),
+        per(api.writes())
+    );
+    println!(
+        "{b} API reads by the {who} over the load: get {} ({:.2} per TrainJob), list {}, watch {}",
+        api.verb("get"),
+        per(api.verb("get")),
+        api.verb("list"),
+        api.verb("watch")
+    );
+    println!(
+        "{b} API requests by the {who} over the load, by verb and resource: {}",
+        api.breakdown()
+    );
+    println!(
+        "{b} API requests by the {who} from start to ready{}: {}",
+        l.start,
+        c.api_start.breakdown()
+    );
+}
+
+/// `ours ÷ theirs`, or `n/a` when upstream's figure is zero.
+fn ratio(ours: f64, theirs: f64) -> String {
+    if theirs > 0.0 {
+        format!("{:.2}", ours / theirs)
+    } else {
+        "n/a".to_owned()
+    }
+}
+
+/// One `BENCH ratio` line: the figure, Trainforge ÷ upstream, both values.
+fn ratio_line(figure: &str, ours: f64, theirs: f64, unit: &str, decimals: usize) {
+    println!(
+        "BENCH ratio {figure}: {} (Trainforge {ours:.decimals$}{unit} ÷ upstream {theirs:.decimals$}{unit})",
+        ratio(ours, theirs)
+    );
+}
+
+/// Trainforge ÷ upstream for every figure both runs measured.
+fn print_ratios(ours: &Cost, ours_cold: Option<&Start>, theirs: &Cost) {
+    let secs = |d: Duration| d.as_secs_f64();
+    let ms = |l: &Load, p: f64| percentile(&l.latency, p).as_secs_f64() * 1e3;
+    let (a, b) = (&ours.load, &theirs.load);
+    ratio_line(
+        "start -> ready (Trainforge: warm plugin cache)",
+        secs(ours.start.ready),
+        secs(theirs.start.ready),
+        " s",
+        2,
+    );
+    if let Some(cold) = ours_cold {
+        ratio_line(
+            "start -> ready (Trainforge: empty plugin cache, shipped builtin artifacts)",
+            secs(cold.ready),
+            secs(theirs.start.ready),
+            " s",
+            2,
+        );
+    }
+    ratio_line(
+        "RSS idle",
+        mib(ours.idle_kib),
+        mib(theirs.idle_kib),
+        " MiB",
+        1,
+    );
+    ratio_line(
+        "RSS peak over the load",
+        mib(a.peak_kib),
+        mib(b.peak_kib),
+        " MiB",
+        1,
+    );
+    ratio_line(
+        "RSS end of the load",
+        mib(a.end_kib),
+        mib(b.end_kib),
+        " MiB",
+        1,
+    );
+    ratio_line(
+        "CPU-seconds, first create -> all Complete",
+        a.cpu,
+        b.cpu,
+        " s",
+        2,
+    );
+    ratio_line(
+        "all Complete after the first create",
+        secs(a.all_done),
+        secs(b.all_done),
+        " s",
+        1,
+    );
+    ratio_line("create -> JobSet p50", ms(a, 0.5), ms(b, 0.5), " ms", 0);
+    ratio_line("create -> JobSet p90", ms(a, 0.9), ms(b, 0.9), " ms", 0);
+    let count = |c: &Cost, verb: Option<&str>| match verb {
+        Some(v) => c.api_load.verb(v) as f64,
+        None => c.api_load.writes() as f64,
+    };
+    for (figure, verb) in [
+        ("API writes over the load", None),
+        ("API gets over the load", Some("get")),
+        ("API lists over the load", Some("list")),
+        ("API watches over the load", Some("watch")),
+    ] {
+        ratio_line(figure, count(ours, verb), count(theirs, verb), "", 0);
+    }
 }
 
 #[cfg(test)]
@@ -782,6 +1196,14 @@ trainforge_reconcile_total{controller=\"trainjob\"} 7
         assert_eq!(by.get("build"), Some(&7.0));
         assert_eq!(by.get("status"), Some(&5.0));
         assert_eq!(by.len(), 2);
+    }
+
+    #[test]
+    fn ratios_are_ours_over_theirs_and_na_without_theirs() {
+        assert_eq!(ratio(1.0, 2.0), "0.50");
+        assert_eq!(ratio(3.0, 1.5), "2.00");
+        assert_eq!(ratio(0.0, 0.0), "n/a");
+        assert_eq!(ratio(5.0, 0.0), "n/a");
     }
 
     #[test]
