@@ -243,6 +243,24 @@ pub async fn run(
         ),
     }
     runtime.set_observer(metrics.clone());
+    // Builtins keep their compiled code mapped only while in use.
+    {
+        let (runtime, stop) = (runtime.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(PLUGIN_CODE_SWEEP);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = every.tick() => {}
+                }
+                let released = runtime.release_idle(PLUGIN_CODE_IDLE);
+                if released > 0 {
+                    tracing::debug!(released, "released the code of idle builtin plugins");
+                }
+            }
+        });
+    }
 
     // Every replica loads the plugins and keeps the watch caches: each one
     // answers admission requests. Only the leader reconciles TrainJobs and
@@ -556,6 +574,12 @@ fn catalog_readiness(catalog: &PluginCatalog) -> Result<(), String> {
 /// How often the `plugins` check is re-evaluated between swaps (a refused
 /// attempt changes the reason without swapping the set).
 const PLUGINS_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A builtin plugin not called for this long lets its compiled code go
+/// (mapped again, in a few milliseconds, by its next call).
+const PLUGIN_CODE_IDLE: Duration = Duration::from_secs(120);
+/// How often idle plugin code is looked for.
+const PLUGIN_CODE_SWEEP: Duration = Duration::from_secs(30);
 
 /// Keep the `plugins` readiness check in step with the catalog until
 /// `stop`: on every swap, and every [`PLUGINS_CHECK_INTERVAL`].

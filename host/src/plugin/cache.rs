@@ -127,15 +127,23 @@ impl ArtifactCache {
     /// memory, from a shipped artifact, from a disk artifact, or by calling
     /// `compile` (which returns
     /// the component and its artifact) and caching the result. A `tenant`
-    /// component compiles in the tenants' own slot.
+    /// component compiles in the tenants' own slot. With `remember` false
+    /// the component is not kept in memory (its code is mapped only while
+    /// the caller holds it; see `super::code`).
     pub(crate) fn get_or_compile<E>(
         &self,
         engine: &Engine,
         sha256: &str,
         bytes: &[u8],
         tenant: bool,
+        remember: bool,
         compile: impl FnOnce(&[u8]) -> Result<(Component, Vec<u8>), E>,
     ) -> Result<(Component, CacheOutcome), E> {
+        let remember = |key: &str, c: &Component| {
+            if remember {
+                self.remember(key, c);
+            }
+        };
         let key = self.key(sha256);
         if let Some(c) = self.memory.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok((c, CacheOutcome::Memory));
@@ -147,7 +155,7 @@ impl ArtifactCache {
         if let Some(dir) = &self.shipped {
             match trainforge_precompiled::load(engine, dir, &key) {
                 Ok(c) => {
-                    self.remember(&key, &c);
+                    remember(&key, &c);
                     return Ok((c, CacheOutcome::Shipped));
                 }
                 Err(trainforge_precompiled::LoadError::Missing) => {}
@@ -157,7 +165,7 @@ impl ArtifactCache {
         if let Some(dir) = &self.dir {
             match trainforge_precompiled::load(engine, dir, &key) {
                 Ok(c) => {
-                    self.remember(&key, &c);
+                    remember(&key, &c);
                     return Ok((c, CacheOutcome::Disk));
                 }
                 Err(trainforge_precompiled::LoadError::Missing) => {}
@@ -189,7 +197,7 @@ impl ArtifactCache {
             }
             None => component,
         };
-        self.remember(&key, &component);
+        remember(&key, &component);
         Ok((component, CacheOutcome::Compiled))
     }
 
@@ -219,6 +227,20 @@ impl ArtifactCache {
                 .into_iter()
                 .flatten()
                 .any(|d| trainforge_precompiled::paths(d, key).0.exists())
+    }
+
+    /// Whether artifacts can be on disk at all (a shipped or cache dir).
+    pub(crate) fn has_disk(&self) -> bool {
+        self.dir.is_some() || self.shipped.is_some()
+    }
+
+    /// Whether the artifact with cache key `key` is on disk (shipped or in
+    /// the cache dir).
+    pub(crate) fn on_disk(&self, key: &str) -> bool {
+        [&self.shipped, &self.dir]
+            .into_iter()
+            .flatten()
+            .any(|d| trainforge_precompiled::paths(d, key).0.exists())
     }
 
     fn remember(&self, key: &str, c: &Component) {

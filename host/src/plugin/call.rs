@@ -3,8 +3,9 @@
 
 use super::Error;
 use super::FailurePolicy;
-use super::bindings::{PluginPre, wit};
+use super::bindings::wit;
 use super::bounded::{self, MAX_FIELD_ERRORS, MAX_WARNINGS};
+use super::code::Code;
 use super::engine::{EpochTicker, Limits, deadline_ticks};
 use super::observe::ObserverSlot;
 use super::output_check::{Owner, check_objects};
@@ -69,13 +70,13 @@ pub(crate) struct Inner {
 }
 
 /// What every call of one plugin needs: engine, its epoch ticker (kept
-/// alive by the plugin), the linked `InstancePre`, limits and grants, the
-/// object source and the observer.
+/// alive by the plugin), its linked code (see [`super::code`]), limits and
+/// grants, the object source and the observer.
 pub(crate) struct CallEnv {
     pub(crate) engine: Engine,
     pub(crate) tick: Duration,
     pub(crate) _ticker: Arc<EpochTicker>,
-    pub(crate) pre: PluginPre<CallState>,
+    pub(crate) code: Code,
     pub(crate) ctx: Arc<PluginContext>,
     pub(crate) objects: Arc<dyn ObjectSource>,
     pub(crate) observer: Arc<ObserverSlot>,
@@ -135,6 +136,10 @@ pub(crate) fn with_instance<R>(
 ) -> (Result<R, Error>, usize) {
     let ctx = &env.ctx;
     let limits: Limits = ctx.limits;
+    let pre = match env.code.pre() {
+        Ok(pre) => pre,
+        Err(e) => return (Err(e), 0),
+    };
     let mut store = Store::new(
         &env.engine,
         CallState::new(ctx.clone(), env.objects.clone(), scope.clone()),
@@ -142,7 +147,7 @@ pub(crate) fn with_instance<R>(
     store.limiter(|s| &mut s.limiter);
     store.set_epoch_deadline(deadline_ticks(timeout, env.tick));
     store.epoch_deadline_trap();
-    let result = match env.pre.instantiate(&mut store) {
+    let result = match pre.instantiate(&mut store) {
         Ok(instance) => f(&mut store, &instance),
         Err(e)
             if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
@@ -252,6 +257,15 @@ impl LoadedPlugin {
     /// Whether the component is one of the binary's builtin plugins.
     pub fn is_builtin(&self) -> bool {
         self.inner.builtin
+    }
+
+    /// Whether the plugin's compiled code is mapped now: always for a
+    /// plugin whose code stays resident, only while in use for a builtin
+    /// with its artifact on disk (see [`PluginRuntime::release_idle`]).
+    ///
+    /// [`PluginRuntime::release_idle`]: super::PluginRuntime::release_idle
+    pub fn code_mapped(&self) -> bool {
+        self.inner.env.code.is_mapped()
     }
 
     /// Whether the pipeline calls `phase` on this plugin: it implements it

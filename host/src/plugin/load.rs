@@ -5,6 +5,7 @@ use super::Error;
 use super::bindings::{Plugin as WitPlugin, PluginPre};
 use super::cache::{ArtifactCache, CacheOutcome};
 use super::call::{CallEnv, Inner, LoadedPlugin, descriptor_from_wit, with_instance};
+use super::code::{Code, OnDemand, OnDemandSlots, Reload};
 use super::compile::{CompileError, compile};
 use super::engine::{EngineHandle, RuntimeConfig};
 use super::observe::{CallObserver, ObserverSlot};
@@ -26,13 +27,16 @@ pub const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// them from `spawn_blocking`).
 pub struct PluginRuntime {
     engine: EngineHandle,
-    linker: Linker<CallState>,
-    cache: ArtifactCache,
+    linker: Arc<Linker<CallState>>,
+    cache: Arc<ArtifactCache>,
     config: RuntimeConfig,
     observer: Arc<ObserverSlot>,
     /// Linked (`InstancePre`) components by cache key: linking type-checks
-    /// every import, so a reload of a known digest skips it.
+    /// every import, so a reload of a known digest skips it. Builtins whose
+    /// code is mapped on demand are not kept here.
     linked: Mutex<HashMap<String, PluginPre<CallState>>>,
+    /// The code of builtins mapped while in use (see [`super::code`]).
+    on_demand: OnDemandSlots,
 }
 
 /// `major.minor` of a version string, for 0.x compatibility (a 0.x minor
@@ -66,21 +70,29 @@ impl PluginRuntime {
         deny_waiting(&mut linker).map_err(|e| Error::Host(format!("linking WASI poll: {e:#}")))?;
         WitPlugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
             .map_err(|e| Error::Host(format!("linking host imports: {e:#}")))?;
-        let cache = ArtifactCache::new(
+        let cache = Arc::new(ArtifactCache::new(
             &engine.engine,
             config.cache_dir.clone(),
             config.shipped_artifacts.clone(),
             config.compiler.parallelism(),
-        );
+        ));
         let observer = Arc::new(ObserverSlot::new(config.observer.clone()));
         Ok(PluginRuntime {
             engine,
-            linker,
+            linker: Arc::new(linker),
             cache,
             config,
             observer,
             linked: Mutex::new(HashMap::new()),
+            on_demand: OnDemandSlots::default(),
         })
+    }
+
+    /// Release the code of builtins not called for at least `idle` (it is
+    /// mapped again by their next call; see [`super::code`]). Returns how
+    /// many were released. The operator calls this periodically.
+    pub fn release_idle(&self, idle: Duration) -> usize {
+        self.on_demand.release_idle(idle)
     }
 
     /// Set (or replace) the observer told about every guest call, for
@@ -159,43 +171,81 @@ impl PluginRuntime {
                 });
             }
         }
-        let engine = &self.engine.engine;
-        let (component, outcome) = self
-            .cache
-            .get_or_compile(engine, &sha256, &src.bytes, src.tenant.is_some(), |bytes| {
-                compile(
-                    &self.config.compiler,
-                    self.config.compile_limits,
-                    engine,
-                    &self.engine.compiler_config,
-                    bytes,
-                )
-            })
-            .map_err(|e| match e {
-                CompileError::Timeout(_) | CompileError::Memory(_) => Error::CompileLimit {
-                    plugin: label.clone(),
-                    message: e.to_string(),
-                },
-                e => Error::LoadFailed {
-                    plugin: label.clone(),
-                    message: bounded::message(&format!("compiling: {e}")),
-                },
-            })?;
-        let loaded = self.finish_load(&label, &sha256, component, src);
+        // A builtin can be mapped again from its artifact at any time: it
+        // is not kept in memory (see `super::code`).
+        let on_demand = src.builtin && self.cache.has_disk();
+        let (component, outcome) = self.compiled(
+            &label,
+            &sha256,
+            &src.bytes,
+            src.tenant.is_some(),
+            !on_demand,
+        )?;
+        let loaded = self.finish_load(&label, &sha256, component, src, on_demand);
         if loaded.is_err() {
             self.evict(&sha256);
         }
         loaded.map(|p| (p, outcome))
     }
 
+    /// The compiled component for `bytes` (see
+    /// [`ArtifactCache::get_or_compile`]), compile errors named for `label`.
+    fn compiled(
+        &self,
+        label: &str,
+        sha256: &str,
+        bytes: &[u8],
+        tenant: bool,
+        remember: bool,
+    ) -> Result<(Component, CacheOutcome), Error> {
+        compiled_with(
+            &CompileEnv {
+                engine: self.engine.engine.clone(),
+                compiler_config: self.engine.compiler_config.clone(),
+                compiler: self.config.compiler.clone(),
+                limits: self.config.compile_limits,
+                cache: self.cache.clone(),
+            },
+            label,
+            sha256,
+            bytes,
+            tenant,
+            remember,
+        )
+    }
+
+    /// How a builtin's code is mapped again after it was released: from its
+    /// artifact, else compiled from its (embedded) bytes; then linked.
+    fn reload(&self, label: &str, sha256: &str, bytes: bytes::Bytes) -> Reload {
+        let env = CompileEnv {
+            engine: self.engine.engine.clone(),
+            compiler_config: self.engine.compiler_config.clone(),
+            compiler: self.config.compiler.clone(),
+            limits: self.config.compile_limits,
+            cache: self.cache.clone(),
+        };
+        let linker = self.linker.clone();
+        let (label, sha256) = (label.to_owned(), sha256.to_owned());
+        Box::new(move || {
+            let _span = tracing::debug_span!("map_plugin_code", plugin = %label).entered();
+            let (component, _) = compiled_with(&env, &label, &sha256, &bytes, false, false)?;
+            link(&linker, &component).map_err(|message| Error::LoadFailed {
+                plugin: label.clone(),
+                message: bounded::message(&format!("mapping its code again: {message}")),
+            })
+        })
+    }
+
     /// Everything after compiling: interface, link, `describe`, declaration
-    /// checks.
+    /// checks. With `on_demand`, the code of a component whose artifact is
+    /// on disk is released after `describe` (see [`super::code`]).
     fn finish_load(
         &self,
         label: &str,
         sha256: &str,
         component: Component,
         src: PluginSource,
+        on_demand: bool,
     ) -> Result<LoadedPlugin, Error> {
         let engine = &self.engine.engine;
         // Interface check from the component type (no instantiation needed).
@@ -230,29 +280,26 @@ impl PluginRuntime {
             }
         }
         let key = self.cache.key(sha256);
+        let on_demand = on_demand && self.cache.on_disk(&key);
         let cached_pre = self.linked.lock().ok().and_then(|m| m.get(&key).cloned());
         let pre = match cached_pre {
             Some(pre) => pre,
             None => {
-                let pre = self
-                    .linker
-                    .instantiate_pre(&component)
-                    .map_err(|e| incompatible(format!("linking: {e:#}")))?;
-                let pre = PluginPre::new(pre)
-                    .map_err(|e| incompatible(format!("exports do not match the WIT: {e:#}")))?;
-                if let Ok(mut m) = self.linked.lock() {
+                let pre = link(&self.linker, &component).map_err(incompatible)?;
+                if !on_demand && let Ok(mut m) = self.linked.lock() {
                     m.insert(key, pre.clone());
                 }
                 pre
             }
         };
+        drop(component);
 
         let limits = src.limits.unwrap_or(self.config.limits);
         let boot = CallEnv {
             engine: engine.clone(),
             tick: self.config.epoch_tick,
             _ticker: self.engine.ticker.clone(),
-            pre,
+            code: Code::Resident(pre),
             ctx: Arc::new(PluginContext {
                 name: label.to_owned(),
                 reads: BTreeSet::new(),
@@ -309,9 +356,22 @@ impl PluginRuntime {
             clock: wants("clock") && src.grants.clock,
             limits,
         });
+        // Described and checked: a builtin mapped on demand lets its code go
+        // now (the last reference to it is in `boot`).
+        let code = if on_demand {
+            let slot = Arc::new(OnDemand::new(self.reload(
+                &descriptor.name,
+                sha256,
+                src.bytes.clone(),
+            )));
+            self.on_demand.register(&slot);
+            Code::OnDemand(slot)
+        } else {
+            boot.code
+        };
         Ok(LoadedPlugin {
             inner: Arc::new(Inner {
-                env: CallEnv { ctx, ..boot },
+                env: CallEnv { ctx, code, ..boot },
                 sha256: sha256.to_owned(),
                 config: src.config,
                 emits: emits.into_iter().collect(),
@@ -327,6 +387,56 @@ impl PluginRuntime {
             }),
         })
     }
+}
+
+/// What compiling (or loading from the artifact cache) needs, owned so
+/// that an on-demand builtin can do it again later.
+struct CompileEnv {
+    engine: wasmtime::Engine,
+    compiler_config: wasmtime::Config,
+    compiler: super::compile::Compiler,
+    limits: super::compile::CompileLimits,
+    cache: Arc<ArtifactCache>,
+}
+
+/// The compiled component for `bytes` from the cache, or compiled within
+/// the limits; errors name `label`.
+fn compiled_with(
+    env: &CompileEnv,
+    label: &str,
+    sha256: &str,
+    bytes: &[u8],
+    tenant: bool,
+    remember: bool,
+) -> Result<(Component, CacheOutcome), Error> {
+    env.cache
+        .get_or_compile(&env.engine, sha256, bytes, tenant, remember, |bytes| {
+            compile(
+                &env.compiler,
+                env.limits,
+                &env.engine,
+                &env.compiler_config,
+                bytes,
+            )
+        })
+        .map_err(|e| match e {
+            CompileError::Timeout(_) | CompileError::Memory(_) => Error::CompileLimit {
+                plugin: label.to_owned(),
+                message: e.to_string(),
+            },
+            e => Error::LoadFailed {
+                plugin: label.to_owned(),
+                message: bounded::message(&format!("compiling: {e}")),
+            },
+        })
+}
+
+/// Link `component` against the host's imports, checked against the WIT.
+fn link(linker: &Linker<CallState>, component: &Component) -> Result<PluginPre<CallState>, String> {
+    let pre = linker
+        .instantiate_pre(component)
+        .map_err(|e| format!("linking: {e:#}"))?;
+    PluginPre::new(pre).map_err(|e| format!("exports do not match the WIT: {e:#}"))
 }
 
 #[cfg(test)]

@@ -41,6 +41,7 @@ pub mod builtin;
 mod cache;
 mod call;
 pub mod cli;
+mod code;
 pub mod compile;
 pub mod descriptor;
 mod engine;
