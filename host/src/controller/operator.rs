@@ -80,6 +80,11 @@ pub struct OperatorArgs {
     /// TrainJobs reconciled at once.
     #[arg(long, default_value_t = 5)]
     pub concurrency: u16,
+    /// Changes of a TrainJob's child objects (its JobSet's status, …)
+    /// within this many milliseconds trigger one reconcile, so one status
+    /// write (0: one per change).
+    #[arg(long, default_value_t = 1000)]
+    pub child_batch_ms: u64,
     /// Watch TrainJobs of this namespace only.
     #[arg(long)]
     pub namespace: Option<String>,
@@ -474,6 +479,7 @@ pub async fn run(
         resync: Duration::from_secs(args.resync_seconds.max(1)),
         concurrency: args.concurrency.max(1),
         namespace: args.namespace.clone(),
+        child_batch: Duration::from_millis(args.child_batch_ms),
     };
     let ctx = Arc::new(
         Context::new(

@@ -28,6 +28,7 @@
 //! changes to one that can serve.
 
 pub mod apply;
+pub mod batch;
 pub mod conditions;
 pub mod events;
 pub mod legacy;
@@ -118,6 +119,9 @@ pub struct Settings {
     pub concurrency: u16,
     /// Only this namespace (all namespaces when `None`).
     pub namespace: Option<String>,
+    /// Changes of a TrainJob's child objects within this period trigger
+    /// one reconcile (see [`batch`]); zero reconciles on every change.
+    pub child_batch: Duration,
 }
 
 impl Default for Settings {
@@ -126,6 +130,7 @@ impl Default for Settings {
             resync: Duration::from_secs(600),
             concurrency: 5,
             namespace: None,
+            child_batch: batch::DEFAULT_PERIOD,
         }
     }
 }
@@ -420,7 +425,8 @@ fn reconciled_state(job: &TrainJob) -> Option<u64> {
 }
 
 /// Run the TrainJob controller until `shutdown`. `triggers` carries the
-/// TrainJobs whose child objects changed (from [`ObjectCache`]).
+/// TrainJobs whose child objects changed (from [`ObjectCache`]), batched
+/// by `settings.child_batch` ([`batch`]).
 pub async fn run(
     ctx: Arc<Context>,
     triggers: UnboundedReceiver<ObjectRef<TrainJob>>,
@@ -443,7 +449,10 @@ pub async fn run(
             shutdown.clone(),
         ))
     });
-    let triggers = futures::stream::select(receive(triggers), receive(wake_rx));
+    let triggers = futures::stream::select(
+        batch::batched(triggers, ctx.settings.child_batch),
+        receive(wake_rx),
+    );
     let config = ControllerConfig::default().concurrency(ctx.settings.concurrency);
     info!(
         concurrency = ctx.settings.concurrency,
