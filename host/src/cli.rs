@@ -25,7 +25,7 @@ enum Command {
     #[command(subcommand)]
     Plugin(crate::plugin::cli::PluginCommand),
     /// Run the operator (TrainJob and ClusterTrainerPlugin controllers).
-    Operator(crate::controller::operator::OperatorArgs),
+    Operator(Box<crate::controller::operator::OperatorArgs>),
 }
 
 /// Parse arguments, run the chosen subcommand and map its result to an exit code.
@@ -34,7 +34,7 @@ pub fn main() -> ExitCode {
     init_tracing(matches!(cli.command, Command::Operator(_)));
     let result = match cli.command {
         Command::Operator(args) => {
-            crate::controller::operator::main(args).map_err(|e| e.to_string())
+            crate::controller::operator::main(*args).map_err(|e| e.to_string())
         }
         Command::Crds(args) => crate::crdgen::run(&args).map_err(|e| e.to_string()),
         Command::Render(args) => crate::render::run(&args).map_err(|e| e.to_string()),

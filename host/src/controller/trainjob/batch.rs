@@ -72,11 +72,11 @@ pub fn batched(
                 None => {}
                 Some(None) => s.rx = None,
                 Some(Some(r)) if s.period.is_zero() => return Some((r, s)),
-                Some(Some(r)) => {
-                    if s.pending.insert(r.clone()) {
-                        s.open.push_back((Instant::now() + s.period, r));
-                    }
+                Some(Some(r)) if s.pending.insert(r.clone()) => {
+                    s.open.push_back((Instant::now() + s.period, r));
                 }
+                // Folded into its open window.
+                Some(Some(_)) => {}
             }
         }
     })
@@ -96,14 +96,12 @@ mod tests {
         ObjectRef::new(name).within("team")
     }
 
+    /// What came out of a batcher, with the time since it started.
+    type Seen = tokio::task::JoinHandle<Vec<(String, Duration)>>;
+
     /// Batch with `period` in a task of its own (polled as the controller
-    /// polls it); what comes out, with the time since the start.
-    fn consume(
-        period: Duration,
-    ) -> (
-        UnboundedSender<ObjectRef<TrainJob>>,
-        tokio::task::JoinHandle<Vec<(String, Duration)>>,
-    ) {
+    /// polls it).
+    fn consume(period: Duration) -> (UnboundedSender<ObjectRef<TrainJob>>, Seen) {
         let (tx, rx) = unbounded_channel();
         let start = Instant::now();
         let task = tokio::spawn(async move {
