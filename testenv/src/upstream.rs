@@ -19,7 +19,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::Error;
@@ -202,30 +202,7 @@ pub async fn register(client: &kube::Client, configurations: &[Value]) -> Result
 
 /// Delete what [`register`] applied (gone already is fine).
 pub async fn unregister(client: &kube::Client, configurations: &[Value]) -> Result<(), Error> {
-    let dp = DeleteParams::default();
-    for doc in configurations {
-        let name = doc
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let gone = if doc["kind"] == "MutatingWebhookConfiguration" {
-            Api::<MutatingWebhookConfiguration>::all(client.clone())
-                .delete(name, &dp)
-                .await
-                .map(|_| ())
-        } else {
-            Api::<ValidatingWebhookConfiguration>::all(client.clone())
-                .delete(name, &dp)
-                .await
-                .map(|_| ())
-        };
-        match gone {
-            Ok(()) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
+    crate::webhooks::delete_configurations(client, configurations).await
 }
 
 /// Where the controller listens (all on `127.0.0.1`).

@@ -219,21 +219,26 @@ pub async fn register(client: &kube::Client, root: &Path, front: SocketAddr) -> 
 /// without a server blocks nothing once the operators are gone).
 pub async fn unregister(client: &kube::Client, root: &Path) -> Result<(), Error> {
     let any: SocketAddr = ([127, 0, 0, 1], 1).into();
+    delete_configurations(client, &configurations(root, any)?).await
+}
+
+/// Delete the webhook configurations `docs` (by kind and name; gone
+/// already is fine).
+pub async fn delete_configurations(client: &kube::Client, docs: &[Value]) -> Result<(), Error> {
     let dp = DeleteParams::default();
-    for doc in configurations(root, any)? {
+    for doc in docs {
         let name = doc
             .pointer("/metadata/name")
             .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+            .unwrap_or_default();
         let gone = if doc["kind"] == "MutatingWebhookConfiguration" {
             Api::<MutatingWebhookConfiguration>::all(client.clone())
-                .delete(&name, &dp)
+                .delete(name, &dp)
                 .await
                 .map(|_| ())
         } else {
             Api::<ValidatingWebhookConfiguration>::all(client.clone())
-                .delete(&name, &dp)
+                .delete(name, &dp)
                 .await
                 .map(|_| ())
         };

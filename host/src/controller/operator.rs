@@ -360,6 +360,37 @@ pub async fn run(
         )
     };
 
+    // Admission comes up beside the controllers, never in their way: its
+    // certificate may wait on the API (RBAC, a namespace not there yet)
+    // while this replica leads and reconciles. `/readyz` says so meanwhile.
+    // It starts before the watches, so that its certificate and the caches
+    // get ready at the same time.
+    {
+        let (args, client, plugins, runtime, metrics, shutdown, ready, tenants) = (
+            args.admission.clone(),
+            client.clone(),
+            plugins.clone(),
+            runtime.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+            ready_admission.clone(),
+            tenants.clone(),
+        );
+        tokio::spawn(async move {
+            match super::admission::start(
+                &args, client, plugins, tenants, runtime, metrics, shutdown,
+            )
+            .await
+            {
+                Ok(_) => ready.set_ready(),
+                Err(e) => {
+                    error!(error = %e, "admission webhooks not served");
+                    ready.set_not_ready(format!("admission webhooks not served: {e}"));
+                }
+            }
+        });
+    }
+
     // Watches follow the plugin set: what each plugin may emit, read or
     // watch (after the administrator's narrowing), never more.
     let kinds_of = {
@@ -411,35 +442,6 @@ pub async fn run(
                     _ = stop.cancelled() => return,
                     missing = objects.ensure(&wanted) => !missing.is_empty(),
                 };
-            }
-        });
-    }
-
-    // Admission comes up beside the controllers, never in their way: its
-    // certificate may wait on the API (RBAC, a namespace not there yet)
-    // while this replica leads and reconciles. `/readyz` says so meanwhile.
-    {
-        let (args, client, plugins, runtime, metrics, shutdown, ready, tenants) = (
-            args.admission.clone(),
-            client.clone(),
-            plugins.clone(),
-            runtime.clone(),
-            metrics.clone(),
-            shutdown.clone(),
-            ready_admission.clone(),
-            tenants.clone(),
-        );
-        tokio::spawn(async move {
-            match super::admission::start(
-                &args, client, plugins, tenants, runtime, metrics, shutdown,
-            )
-            .await
-            {
-                Ok(_) => ready.set_ready(),
-                Err(e) => {
-                    error!(error = %e, "admission webhooks not served");
-                    ready.set_not_ready(format!("admission webhooks not served: {e}"));
-                }
             }
         });
     }

@@ -188,6 +188,17 @@ impl PluginRuntime {
         loaded.map(|p| (p, outcome))
     }
 
+    /// What compiling needs, owned.
+    fn compile_env(&self) -> CompileEnv {
+        CompileEnv {
+            engine: self.engine.engine.clone(),
+            compiler_config: self.engine.compiler_config.clone(),
+            compiler: self.config.compiler.clone(),
+            limits: self.config.compile_limits,
+            cache: self.cache.clone(),
+        }
+    }
+
     /// The compiled component for `bytes` (see
     /// [`ArtifactCache::get_or_compile`]), compile errors named for `label`.
     fn compiled(
@@ -198,32 +209,13 @@ impl PluginRuntime {
         tenant: bool,
         remember: bool,
     ) -> Result<(Component, CacheOutcome), Error> {
-        compiled_with(
-            &CompileEnv {
-                engine: self.engine.engine.clone(),
-                compiler_config: self.engine.compiler_config.clone(),
-                compiler: self.config.compiler.clone(),
-                limits: self.config.compile_limits,
-                cache: self.cache.clone(),
-            },
-            label,
-            sha256,
-            bytes,
-            tenant,
-            remember,
-        )
+        compiled_with(&self.compile_env(), label, sha256, bytes, tenant, remember)
     }
 
     /// How a builtin's code is mapped again after it was released: from its
     /// artifact, else compiled from its (embedded) bytes; then linked.
     fn reload(&self, label: &str, sha256: &str, bytes: bytes::Bytes) -> Reload {
-        let env = CompileEnv {
-            engine: self.engine.engine.clone(),
-            compiler_config: self.engine.compiler_config.clone(),
-            compiler: self.config.compiler.clone(),
-            limits: self.config.compile_limits,
-            cache: self.cache.clone(),
-        };
+        let env = self.compile_env();
         let linker = self.linker.clone();
         let (label, sha256) = (label.to_owned(), sha256.to_owned());
         Box::new(move || {

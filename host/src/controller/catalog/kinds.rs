@@ -47,46 +47,67 @@ pub(crate) async fn admit(
     let mut all: BTreeSet<&KindRef> = emits.iter().collect();
     all.extend(plugin.allowed_reads());
     all.extend(&plugin.descriptor().watches);
+    // Every kind at once (each is a handful of requests); the first
+    // refusal in kind order is the answer, as if they ran one by one.
+    let checks = all
+        .into_iter()
+        .map(|kind| admit_kind(client, kind, emits.contains(kind), explicit_reads));
     let mut notes = Vec::new();
-    for kind in all {
-        let Some((plural, namespaced)) = discover(client, kind).await? else {
-            notes.push(format!("{kind} is not served by the API server yet"));
-            continue;
-        };
-        if !namespaced {
-            if emits.contains(kind) {
-                return Err((
-                    reason::FORBIDDEN_KIND,
-                    format!(
-                        "emits {kind}, which is cluster-scoped: plugins emit namespaced objects only"
-                    ),
-                ));
-            }
-            if !explicit_reads.contains(kind) {
-                return Err((
-                    reason::FORBIDDEN_KIND,
-                    format!(
-                        "reads or watches {kind}, which is cluster-scoped: allowed only when spec.allowedReads lists it"
-                    ),
-                ));
-            }
-        }
-        let mut verbs = vec!["list", "watch"];
-        if emits.contains(kind) {
-            verbs.extend(["create", "patch"]);
-        }
-        for verb in verbs {
-            if !allowed(client, kind, &plural, verb).await? {
-                return Err((
-                    reason::KIND_NOT_WATCHABLE,
-                    format!(
-                        "the operator may not {verb} {kind}: grant it in the operator's ClusterRole, or narrow the plugin with spec.allowedKinds / spec.allowedReads"
-                    ),
-                ));
-            }
-        }
+    for checked in futures::future::join_all(checks).await {
+        notes.extend(checked?);
     }
     Ok(notes)
+}
+
+/// [`admit`] for one kind: a note when it is not served yet.
+async fn admit_kind(
+    client: &kube::Client,
+    kind: &KindRef,
+    emitted: bool,
+    explicit_reads: &[KindRef],
+) -> Result<Option<String>, Refusal> {
+    let Some((plural, namespaced)) = discover(client, kind).await? else {
+        return Ok(Some(format!("{kind} is not served by the API server yet")));
+    };
+    if !namespaced {
+        if emitted {
+            return Err((
+                reason::FORBIDDEN_KIND,
+                format!(
+                    "emits {kind}, which is cluster-scoped: plugins emit namespaced objects only"
+                ),
+            ));
+        }
+        if !explicit_reads.contains(kind) {
+            return Err((
+                reason::FORBIDDEN_KIND,
+                format!(
+                    "reads or watches {kind}, which is cluster-scoped: allowed only when spec.allowedReads lists it"
+                ),
+            ));
+        }
+    }
+    let mut verbs = vec!["list", "watch"];
+    if emitted {
+        verbs.extend(["create", "patch"]);
+    }
+    let answers = futures::future::join_all(
+        verbs
+            .iter()
+            .map(|verb| allowed(client, kind, &plural, verb)),
+    )
+    .await;
+    for (verb, answer) in verbs.iter().zip(answers) {
+        if !answer? {
+            return Err((
+                reason::KIND_NOT_WATCHABLE,
+                format!(
+                    "the operator may not {verb} {kind}: grant it in the operator's ClusterRole, or narrow the plugin with spec.allowedKinds / spec.allowedReads"
+                ),
+            ));
+        }
+    }
+    Ok(None)
 }
 
 /// `Some((plural, namespaced))` from discovery; `None` when the kind is not

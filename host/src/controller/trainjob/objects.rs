@@ -210,8 +210,11 @@ impl ObjectCache {
                 keep
             });
         }
-        for kind in kinds.iter().filter(|k| !current.contains(k)) {
-            match self.start(kind).await {
+        // New kinds start at once (each is a discovery request, then a list).
+        let new: Vec<&KindRef> = kinds.iter().filter(|k| !current.contains(k)).collect();
+        let started = futures::future::join_all(new.iter().map(|kind| self.start(kind))).await;
+        for (kind, started) in new.into_iter().zip(started) {
+            match started {
                 Ok(w) => {
                     if let Ok(mut map) = self.watched.lock() {
                         map.insert(kind.clone(), Arc::new(w));
