@@ -89,7 +89,7 @@ impl PluginRuntime {
     }
 
     /// Release the code of builtins not called for at least `idle` (it is
-    /// mapped again by their next call; see [`super::code`]). Returns how
+    /// mapped again by their next call; see the `code` module). Returns how
     /// many were released. The operator calls this periodically.
     pub fn release_idle(&self, idle: Duration) -> usize {
         self.on_demand.release_idle(idle)
