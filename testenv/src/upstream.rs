@@ -160,13 +160,7 @@ pub fn webhook_configurations(
             .and_then(Value::as_array_mut)
             .ok_or_else(|| Error::manifest(&file, "a webhook configuration without webhooks"))?;
         for hook in hooks {
-            let path = hook
-                .pointer("/clientConfig/service/path")
-                .and_then(Value::as_str)
-                .unwrap_or("/")
-                .to_owned();
-            hook["clientConfig"] =
-                json!({ "url": format!("https://{front}{path}"), "caBundle": ca_bundle });
+            crate::webhooks::call_through(hook, front, Some(&ca_bundle));
         }
         out.push(doc);
     }

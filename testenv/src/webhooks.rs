@@ -137,6 +137,22 @@ async fn forward(mut inbound: tokio::net::TcpStream, candidates: Vec<SocketAddr>
     }
 }
 
+/// Point `hook` (a webhook of a webhook configuration) at
+/// `https://<front><its service path>`, with `ca_bundle` if given: the
+/// environment has no Services, the front forwards to the webhook server.
+pub(crate) fn call_through(hook: &mut Value, front: SocketAddr, ca_bundle: Option<&str>) {
+    let path = hook
+        .pointer("/clientConfig/service/path")
+        .and_then(Value::as_str)
+        .unwrap_or("/")
+        .to_owned();
+    let mut config = json!({ "url": format!("https://{front}{path}") });
+    if let Some(ca) = ca_bundle {
+        config["caBundle"] = json!(ca);
+    }
+    hook["clientConfig"] = config;
+}
+
 /// The shipped webhook configurations (`manifests/webhook/*.yaml` under
 /// `root`), each webhook calling `https://<front><path>`, TrainJob webhooks
 /// skipping namespaces labelled [`BYPASS_LABEL`]`=off`. No CA bundle: the
@@ -161,12 +177,7 @@ pub fn configurations(root: &Path, front: SocketAddr) -> Result<Vec<Value>, Erro
                 return Err(Error::manifest(&file, format!("{kind} without webhooks")));
             };
             for hook in hooks {
-                let path = hook
-                    .pointer("/clientConfig/service/path")
-                    .and_then(Value::as_str)
-                    .unwrap_or("/")
-                    .to_owned();
-                hook["clientConfig"] = json!({ "url": format!("https://{front}{path}") });
+                call_through(hook, front, None);
                 let trainjobs = hook
                     .get("rules")
                     .and_then(Value::as_array)

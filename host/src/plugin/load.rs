@@ -174,7 +174,8 @@ impl PluginRuntime {
         // A builtin can be mapped again from its artifact at any time: it
         // is not kept in memory (see `super::code`).
         let on_demand = src.builtin && self.cache.has_disk();
-        let (component, outcome) = self.compiled(
+        let (component, outcome) = compiled_with(
+            &self.compile_env(),
             &label,
             &sha256,
             &src.bytes,
@@ -197,19 +198,6 @@ impl PluginRuntime {
             limits: self.config.compile_limits,
             cache: self.cache.clone(),
         }
-    }
-
-    /// The compiled component for `bytes` (see
-    /// [`ArtifactCache::get_or_compile`]), compile errors named for `label`.
-    fn compiled(
-        &self,
-        label: &str,
-        sha256: &str,
-        bytes: &[u8],
-        tenant: bool,
-        remember: bool,
-    ) -> Result<(Component, CacheOutcome), Error> {
-        compiled_with(&self.compile_env(), label, sha256, bytes, tenant, remember)
     }
 
     /// How a builtin's code is mapped again after it was released: from its
