@@ -158,12 +158,14 @@ fn concurrent_first_calls_map_the_code_once() {
     assert!(torch.code_mapped());
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     let artifact = artifacts(cache.path()).pop().unwrap();
-    let name = artifact.file_name().unwrap().to_string_lossy().into_owned();
+    // The whole path: tests running beside this one cache the same
+    // artifact (same name) in directories of their own.
+    let path = artifact.to_string_lossy().into_owned();
     // One executable mapping of the artifact (pool slots map its data
     // image too, writable, one per slot).
     let text = maps
         .lines()
-        .filter(|l| l.contains(&name) && l.split_whitespace().nth(1) == Some("r-xp"))
+        .filter(|l| l.ends_with(&path) && l.split_whitespace().nth(1) == Some("r-xp"))
         .count();
     assert_eq!(text, 1, "{maps}");
 }
