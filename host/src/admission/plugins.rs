@@ -66,13 +66,17 @@ fn spec_error(e: &SpecError) -> FieldError {
     FieldError::invalid(field, e.to_string())
 }
 
-/// Review a ClusterTrainerPlugin; builtins are loaded with `runtime` and
-/// their sample `validate` call gets at most `budget`.
+/// How a plugin review may try a builtin: loaded with the runtime the
+/// function gives, its sample `validate` call given at most the duration.
+/// `None`: the checks that need no plugin only (what admission answers when
+/// trying did not finish within its deadline).
+pub type TryWith<'a> = Option<(&'a dyn Fn() -> Result<Arc<PluginRuntime>, String>, Duration)>;
+
+/// Review a ClusterTrainerPlugin; a builtin is tried as `try_with` says.
 pub fn review_plugin(
     operation: Operation,
     object: &Value,
-    runtime: &dyn Fn() -> Result<Arc<PluginRuntime>, String>,
-    budget: Duration,
+    try_with: TryWith<'_>,
 ) -> Result<Verdict, PluginReviewError> {
     if !matches!(operation, Operation::Create | Operation::Update) {
         return Ok(Verdict::allow(Vec::new()));
@@ -82,7 +86,7 @@ pub fn review_plugin(
             kind: "ClusterTrainerPlugin",
             message: e.to_string(),
         })?;
-    review_spec(&ctp.spec, runtime, budget)
+    review_spec(&ctp.spec, try_with)
 }
 
 /// Review a TrainerPlugin in `namespace`: held to its namespace, then the
@@ -91,8 +95,7 @@ pub fn review_trainer_plugin(
     operation: Operation,
     object: &Value,
     namespace: &str,
-    runtime: &dyn Fn() -> Result<Arc<PluginRuntime>, String>,
-    budget: Duration,
+    try_with: TryWith<'_>,
 ) -> Result<Verdict, PluginReviewError> {
     if !matches!(operation, Operation::Create | Operation::Update) {
         return Ok(Verdict::allow(Vec::new()));
@@ -141,13 +144,12 @@ pub fn review_trainer_plugin(
     if !errors.is_empty() {
         return Ok(Verdict::forbidden(&errors, Vec::new()));
     }
-    review_spec(&tp.spec.plugin, runtime, budget)
+    review_spec(&tp.spec.plugin, try_with)
 }
 
 fn review_spec(
     spec: &ClusterTrainerPluginSpec,
-    runtime: &dyn Fn() -> Result<Arc<PluginRuntime>, String>,
-    budget: Duration,
+    try_with: TryWith<'_>,
 ) -> Result<Verdict, PluginReviewError> {
     let opts = match options(spec, &Limits::default()) {
         Ok(o) => o,
@@ -171,6 +173,12 @@ fn review_spec(
             }],
             Vec::new(),
         ));
+    };
+    let Some((runtime, budget)) = try_with else {
+        return Ok(Verdict::allow(vec![format!(
+            "builtin plugin {name:?} was not tried with this configuration within the admission \
+             deadline (loading it took longer); the plugin's status says whether it serves"
+        )]));
     };
     let rt = runtime().map_err(PluginReviewError::Runtime)?;
     let src = plugin_source(
@@ -240,7 +248,12 @@ mod tests {
     }
 
     fn review(spec: Value) -> Verdict {
-        review_plugin(Operation::Create, &ctp(spec), &rt, Duration::from_secs(3)).unwrap()
+        review_plugin(
+            Operation::Create,
+            &ctp(spec),
+            Some((&rt, Duration::from_secs(3))),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -288,18 +301,61 @@ mod tests {
             "sha256": "0000000000000000000000000000000000000000000000000000000000000000"}));
         assert!(v.allowed, "{v:?}");
         assert!(
-            review_plugin(Operation::Delete, &json!(null), &rt, Duration::from_secs(1))
-                .unwrap()
-                .allowed
+            review_plugin(
+                Operation::Delete,
+                &json!(null),
+                Some((&rt, Duration::from_secs(1)))
+            )
+            .unwrap()
+            .allowed
         );
         assert!(
             review_plugin(
                 Operation::Create,
                 &json!({"spec": 1}),
-                &rt,
-                Duration::from_secs(1)
+                Some((&rt, Duration::from_secs(1)))
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn without_trying_the_checks_still_hold_and_a_builtin_is_admitted_with_a_warning() {
+        let check = |spec: Value| review_plugin(Operation::Create, &ctp(spec), None).unwrap();
+        let v = check(json!({"source": {"builtin": "torch"}, "config": {"x": 1}}));
+        assert!(v.allowed, "{v:?}");
+        assert!(
+            v.warnings.len() == 1
+                && v.warnings[0].contains("not tried")
+                && v.warnings[0].contains("torch"),
+            "{v:?}"
+        );
+        assert!(!check(json!({"source": {"builtin": "tensorflow"}})).allowed);
+        let v = check(json!({"source": {"builtin": "torch"}, "limits": {"timeout": "forever"}}));
+        assert!(
+            !v.allowed && v.message.contains("spec.limits.timeout"),
+            "{v:?}"
+        );
+        // A TrainerPlugin is held to its namespace before anything is tried.
+        let tp = |source: Value| {
+            json!({"apiVersion": "trainforge.dev/v1alpha1", "kind": "TrainerPlugin",
+                "metadata": {"name": "p", "namespace": "team"}, "spec": {"source": source}})
+        };
+        let v = review_trainer_plugin(
+            Operation::Create,
+            &tp(json!({"builtin": "torch"})),
+            "team",
+            None,
+        )
+        .unwrap();
+        assert!(v.allowed && v.warnings.len() == 1, "{v:?}");
+        let v = review_trainer_plugin(
+            Operation::Create,
+            &tp(json!({"url": "file:///etc/passwd"})),
+            "team",
+            None,
+        )
+        .unwrap();
+        assert!(!v.allowed && v.message.contains("spec.source.url"), "{v:?}");
     }
 }

@@ -8,7 +8,9 @@
 //! `budget +` [`DEADLINE_MARGIN`]. Should that run out, the answer follows
 //! the failure policy of the plugin still running (`Fail`: denied naming
 //! it; `Ignore`: admitted with a warning naming it), or is a denial saying
-//! `admission deadline exceeded` when no plugin is running. Every request
+//! `admission deadline exceeded` when no plugin is running — except for
+//! a (Cluster)TrainerPlugin, whose review then answers with the checks that
+//! need no plugin and a warning that the plugin was not tried. Every request
 //! has a tracing span (webhook, kind, name, namespace, operation, uid) and
 //! is counted in the admission metrics.
 
@@ -265,16 +267,14 @@ fn decide(
         Webhook::ValidateClusterTrainerPlugin => review_plugin(
             op,
             &req.object,
-            &|| state.plugin_runtime(),
-            budget.remaining(),
+            Some((&|| state.plugin_runtime(), budget.remaining())),
         )
         .unwrap_or_else(|e| plugin_review_failed(&e)),
         Webhook::ValidateTrainerPlugin => review_trainer_plugin(
             op,
             &req.object,
             req.raw.namespace.as_deref().unwrap_or_default(),
-            &|| state.plugin_runtime(),
-            budget.remaining(),
+            Some((&|| state.plugin_runtime(), budget.remaining())),
         )
         .unwrap_or_else(|e| plugin_review_failed(&e)),
     }
@@ -384,7 +384,22 @@ async fn handle(state: Arc<AdmissionState>, webhook: Webhook, body: Bytes) -> Re
                     format!("admission review failed: {e}"),
                     Vec::new(),
                 ),
-                Err(_) => deadline_verdict(&plugins, &budget, allowed),
+                Err(_) => match webhook {
+                    // Trying a plugin is a courtesy: the checks that need
+                    // no plugin decide, the plugin's status tells the rest.
+                    Webhook::ValidateClusterTrainerPlugin => {
+                        review_plugin(req.operation(), &req.object, None)
+                            .unwrap_or_else(|e| plugin_review_failed(&e))
+                    }
+                    Webhook::ValidateTrainerPlugin => review_trainer_plugin(
+                        req.operation(),
+                        &req.object,
+                        req.raw.namespace.as_deref().unwrap_or_default(),
+                        None,
+                    )
+                    .unwrap_or_else(|e| plugin_review_failed(&e)),
+                    _ => deadline_verdict(&plugins, &budget, allowed),
+                },
             }
         };
         for call in budget.calls() {
