@@ -29,7 +29,7 @@ use trainforge_api::trainer::v1alpha1::constants::{
 };
 
 use super::defaulting::{default_trainjob, format_time};
-use super::plugins::{review_plugin, review_trainer_plugin};
+use super::plugins::{TryWith, review_plugin, review_trainer_plugin};
 use super::review::{Operation, Request, Verdict, parse_review, response_body};
 use super::runtimes::{RuntimeKind, review_runtime};
 use super::trainjob::{RuntimeLookup, review_trainjob};
@@ -264,20 +264,30 @@ fn decide(
             review_runtime(RuntimeKind::Cluster, op, &req.object)
                 .unwrap_or_else(|e| bad_request(&e))
         }
-        Webhook::ValidateClusterTrainerPlugin => review_plugin(
-            op,
-            &req.object,
-            Some((&|| state.plugin_runtime(), budget.remaining())),
-        )
-        .unwrap_or_else(|e| plugin_review_failed(&e)),
+        Webhook::ValidateClusterTrainerPlugin | Webhook::ValidateTrainerPlugin => {
+            let runtime = || state.plugin_runtime();
+            plugin_review(webhook, req, Some((&runtime, budget.remaining())))
+                .unwrap_or_else(|| Verdict::allow(Vec::new()))
+        }
+    }
+}
+
+/// The review of a (Cluster)TrainerPlugin, trying its builtin as
+/// `try_with` says; `None` for the other webhooks.
+fn plugin_review(webhook: Webhook, req: &Request, try_with: TryWith<'_>) -> Option<Verdict> {
+    let verdict = match webhook {
+        Webhook::ValidateClusterTrainerPlugin => {
+            review_plugin(req.operation(), &req.object, try_with)
+        }
         Webhook::ValidateTrainerPlugin => review_trainer_plugin(
-            op,
+            req.operation(),
             &req.object,
             req.raw.namespace.as_deref().unwrap_or_default(),
-            Some((&|| state.plugin_runtime(), budget.remaining())),
-        )
-        .unwrap_or_else(|e| plugin_review_failed(&e)),
-    }
+            try_with,
+        ),
+        _ => return None,
+    };
+    Some(verdict.unwrap_or_else(|e| plugin_review_failed(&e)))
 }
 
 /// The answer when a plugin review could not be made.
@@ -384,22 +394,10 @@ async fn handle(state: Arc<AdmissionState>, webhook: Webhook, body: Bytes) -> Re
                     format!("admission review failed: {e}"),
                     Vec::new(),
                 ),
-                Err(_) => match webhook {
-                    // Trying a plugin is a courtesy: the checks that need
-                    // no plugin decide, the plugin's status tells the rest.
-                    Webhook::ValidateClusterTrainerPlugin => {
-                        review_plugin(req.operation(), &req.object, None)
-                            .unwrap_or_else(|e| plugin_review_failed(&e))
-                    }
-                    Webhook::ValidateTrainerPlugin => review_trainer_plugin(
-                        req.operation(),
-                        &req.object,
-                        req.raw.namespace.as_deref().unwrap_or_default(),
-                        None,
-                    )
-                    .unwrap_or_else(|e| plugin_review_failed(&e)),
-                    _ => deadline_verdict(&plugins, &budget, allowed),
-                },
+                // Trying a plugin is a courtesy: the checks that need no
+                // plugin decide, the plugin's status tells the rest.
+                Err(_) => plugin_review(webhook, &req, None)
+                    .unwrap_or_else(|| deadline_verdict(&plugins, &budget, allowed)),
             }
         };
         for call in budget.calls() {
