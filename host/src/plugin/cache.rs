@@ -222,11 +222,7 @@ impl ArtifactCache {
     /// Whether a component with cache key `key` is cached (memory, shipped
     /// or disk).
     pub(crate) fn contains(&self, key: &str) -> bool {
-        self.memory.lock().is_ok_and(|m| m.contains_key(key))
-            || [&self.dir, &self.shipped]
-                .into_iter()
-                .flatten()
-                .any(|d| trainforge_precompiled::paths(d, key).0.exists())
+        self.memory.lock().is_ok_and(|m| m.contains_key(key)) || self.on_disk(key)
     }
 
     /// Whether artifacts can be on disk at all (a shipped or cache dir).
