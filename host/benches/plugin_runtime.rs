@@ -14,9 +14,10 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use trainforge::pipeline::sample;
 use trainforge::plugin::{
     CacheOutcome, CallScope, Owner, PhaseInput, PluginRuntime, PluginSource, RuntimeConfig,
-    ValidateInput, sample,
+    ValidateInput,
 };
 use trainforge_api::plugin::Phase;
 

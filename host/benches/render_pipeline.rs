@@ -25,9 +25,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use trainforge::cmd::render::{Input, builtin_plugins, builtin_plugins_in, render};
 use trainforge::pipeline::info::runtime_info;
 use trainforge::pipeline::merge::merge;
-use trainforge::render::{Input, builtin_plugins, builtin_plugins_in, render};
 
 const RUNTIME: &str = "api/tests/fixtures/upstream/torch-distributed.yaml";
 const TRAINJOB: &str = "host/tests/golden/worked-example/trainjob.yaml";

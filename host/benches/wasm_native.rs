@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use serde_json::Value;
+use trainforge::pipeline::sample;
 use trainforge::plugin::{
     CallScope, LoadedPlugin, Owner, PhaseInput, PluginRuntime, RuntimeConfig, StaticObjects,
-    ValidateInput, builtin, sample,
+    ValidateInput, builtin,
 };
 use trainforge_api::plugin::Phase;
 use trainforge_sdk::testing::MockHost;

@@ -1,21 +1,22 @@
-//! The Trainforge operator library.
+//! The Trainforge operator library, on floors: a module imports only its own
+//! floor and the floors below it (`host/tests/house.rs` checks it, and that
+//! no imports form a cycle).
 //!
-//! - [`admission`]: the admission webhooks (TrainJob, runtimes, plugins).
-//! - [`crdgen`]: CRD YAML generation from the Rust API types (`trainforge crds`).
-//! - [`plugin`]: the sandboxed Wasm component runtime that runs framework plugins.
-//! - [`pipeline`]: the pure TrainJob + runtime → objects pipeline.
-//! - [`oci`]: plugins as signed OCI artifacts (pull, push, cosign signatures).
-//! - [`render`]: `trainforge render`, the pipeline without a cluster.
-//! - [`cli`]: the `trainforge` command line.
-//! - [`controller`]: the operator — TrainJob controller, cluster and tenant
-//!   plugin controllers, webhooks' listener and certificates, metrics,
-//!   health, leader election.
+//! 6. [`cmd`]: the `trainforge` commands — the CLI, operator start-up,
+//!    `render`, `plugin …`, `crds`.
+//! 5. [`admission`] and [`controller`]: the admission webhooks; the TrainJob,
+//!    plugin catalog and tenant plugin controllers.
+//! 4. [`pipeline`] and [`oci`]: the pure TrainJob + runtime → objects
+//!    pipeline; plugins as signed OCI artifacts.
+//! 3. [`ops`]: shared operations — metrics, health, leader election, the API
+//!    client, Events, the network guard, TLS crypto, shutdown.
+//! 2. [`plugin`]: the sandboxed Wasm component runtime that runs plugins.
+//! 1. `trainforge_api` (the `api/` crate): the API types.
 
 pub mod admission;
-pub mod cli;
+pub mod cmd;
 pub mod controller;
-pub mod crdgen;
 pub mod oci;
+pub mod ops;
 pub mod pipeline;
 pub mod plugin;
-pub mod render;

@@ -1,4 +1,4 @@
-//! The `trainforge` binary: a thin shell over [`trainforge::cli`].
+//! The `trainforge` binary: a thin shell over [`trainforge::cmd`].
 
 use std::process::ExitCode;
 
@@ -12,7 +12,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     no_transparent_huge_pages();
-    trainforge::cli::main()
+    trainforge::cmd::main()
 }
 
 /// Transparent huge pages off for this process and the compile workers it

@@ -2,7 +2,7 @@
 
 The suite drives the published `kubeflow` SDK (TrainerClient, Kubernetes
 backend) against a cluster running the Trainforge operator with the shipped
-runtimes. It is started by the Rust harness `host/tests/kubeflow_sdk.rs`,
+runtimes. It is started by the Rust harness `host/tests/cluster/kubeflow_sdk.rs`,
 which sets:
 
 * KUBECONFIG: a kubeconfig whose current context's namespace is the test
@@ -64,7 +64,7 @@ def namespace() -> str:
     if not ns:
         pytest.fail(
             "TRAINFORGE_SDK_NAMESPACE is not set: run the suite through "
-            "`cargo test -p trainforge --test kubeflow_sdk` (or `make test`)",
+            "`cargo test -p trainforge --test cluster -- kubeflow_sdk::` (or `make test`)",
             pytrace=False,
         )
     if not os.environ.get("KUBECONFIG"):

@@ -36,6 +36,8 @@
 //! - [`tls`]: the HTTPS listener whose certificate is replaced without a
 //!   restart.
 //! - [`review`]: AdmissionReview decoding, [`Verdict`], the answer.
+//! - [`serve`]: the operator's admission listener: certificates, TLS, the
+//!   router over the operator's plugins and runtimes.
 //! - [`router`](mod@router): [`AdmissionState`], the handlers, deadlines, spans and
 //!   metrics.
 
@@ -46,6 +48,7 @@ pub mod plugins;
 pub mod review;
 pub mod router;
 pub mod runtimes;
+pub mod serve;
 pub mod tls;
 pub mod trainjob;
 

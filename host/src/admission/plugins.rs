@@ -12,7 +12,7 @@
 //!   `plugin-torch`); otherwise `spec.source.builtin: Unsupported value`
 //!   listing the builtin names.
 //! - A builtin is loaded with the given options and asked to `validate` a
-//!   small sample TrainJob ([`crate::plugin::sample`]) within the request
+//!   small sample TrainJob ([`crate::pipeline::sample`]) within the request
 //!   budget; if it answers `invalid-config`, the request is refused on
 //!   `spec.config` with its message. A builtin that cannot be loaded with
 //!   these options (kinds, grants) is refused on `spec` with the reason.
@@ -34,11 +34,10 @@ use trainforge_api::trainforge::v1alpha1::{
 };
 
 use super::review::{Operation, Verdict};
-use crate::controller::catalog::fetch::find_builtin;
 use crate::controller::catalog::spec::{SpecError, options, plugin_source};
-use crate::plugin::{
-    self, CallScope, Limits, NoObjects, PluginRuntime, ValidateInput, builtin, sample,
-};
+use crate::pipeline::sample;
+use crate::plugin::builtin::find as find_builtin;
+use crate::plugin::{self, CallScope, Limits, NoObjects, PluginRuntime, ValidateInput, builtin};
 
 /// Why a ClusterTrainerPlugin review could not be answered.
 #[derive(Debug, thiserror::Error)]

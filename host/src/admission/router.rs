@@ -33,7 +33,7 @@ use super::plugins::{TryWith, review_plugin, review_trainer_plugin};
 use super::review::{Operation, Request, Verdict, parse_review, response_body};
 use super::runtimes::{RuntimeKind, review_runtime};
 use super::trainjob::{RuntimeLookup, review_trainjob};
-use crate::controller::ops::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::plugin::{
     CallOutcome, FailurePolicy, PluginRuntime, PluginSet, RuntimeConfig, ValidateBudget,
 };

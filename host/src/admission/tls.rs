@@ -36,7 +36,7 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::catalog::fetch::install_crypto_provider;
+use crate::ops::crypto::install_crypto_provider;
 
 /// Longest a client may take to complete the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

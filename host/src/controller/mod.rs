@@ -1,4 +1,4 @@
-//! The operator: everything that talks to the API server.
+//! The controllers: everything that reconciles objects with the API server.
 //!
 //! - [`trainjob`]: the TrainJob controller (runtime snapshot → the pure
 //!   [`pipeline`](crate::pipeline) → server-side apply → status).
@@ -7,14 +7,11 @@
 //!   runtime itself is [`crate::plugin`]).
 //! - [`tenants`]: the `TrainerPlugin` controller (tenant plugins, capped by
 //!   the `TrainerPluginPolicy`) and the per-TrainJob plugin set.
-//! - [`admission`]: the HTTPS admission webhooks (certificates, listener);
-//!   what they check is [`crate::admission`].
-//! - [`ops`]: metrics, health endpoints, leader election, shutdown.
-//! - [`operator`]: `trainforge operator`, which wires them together.
+//!
+//! `trainforge operator` ([`crate::cmd::operator`]) wires them together with
+//! the admission webhooks ([`crate::admission`]) and the shared operations
+//! ([`crate::ops`]).
 
-pub mod admission;
 pub mod catalog;
-pub mod operator;
-pub mod ops;
 pub mod tenants;
 pub mod trainjob;

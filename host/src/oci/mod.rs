@@ -5,6 +5,5 @@
 //! them.
 
 pub mod artifact;
-pub mod cli;
 pub mod cosign;
 pub mod registry;

@@ -18,7 +18,7 @@ use rustls_pki_types::pem::PemObject;
 
 use super::artifact::{self, Artifact, ArtifactError};
 use super::cosign::{self, FoundSignature};
-use crate::controller::catalog::netguard::NetGuard;
+use crate::ops::netguard::NetGuard;
 
 /// Deadline of one pull, push or signature lookup (every request in it).
 pub const OCI_TIMEOUT: Duration = Duration::from_secs(60);
@@ -138,7 +138,7 @@ fn repository_of(r: &Reference) -> String {
 impl Registry {
     /// A client configured by `opts`.
     pub fn new(opts: &RegistryOptions) -> Result<Self, RegistryError> {
-        crate::controller::catalog::fetch::install_crypto_provider();
+        crate::ops::crypto::install_crypto_provider();
         let mut extra = Vec::new();
         if let Some(pem) = &opts.extra_roots_pem {
             for cert in CertificateDer::pem_slice_iter(pem) {

@@ -12,8 +12,13 @@
 //! - [`strategic_merge`]: Kubernetes strategic-merge-patch semantics over JSON.
 //!
 //! [`run`] is the whole pipeline (validate → plugin phases → objects in apply
-//! order).
+//! order). [`input`] reads TrainJobs and runtimes from documents as the API
+//! server would store them (`trainforge render`, `plugin run`, admission's
+//! plugin try-outs); [`sample`] makes synthetic ones (`plugin bench`, the
+//! benchmarks).
 
+pub mod input;
 pub mod run;
+pub mod sample;
 
 pub use trainforge_api::blueprint::{defaults, info, merge, strategic_merge};

@@ -29,6 +29,13 @@ pub fn all() -> &'static [BuiltinPlugin] {
     BUILTIN_PLUGINS
 }
 
+/// The builtin plugin called `name` (`torch` or `plugin-torch`).
+pub fn find(name: &str) -> Option<&'static BuiltinPlugin> {
+    all()
+        .iter()
+        .find(|b| b.crate_name == name || b.crate_name.strip_prefix("plugin-") == Some(name))
+}
+
 /// The build-time digest of `bytes` when they are one of the embedded
 /// components themselves (the same memory, not a copy): the operator then
 /// never reads them to hash them, so their pages stay out of its memory.

@@ -20,6 +20,24 @@ use super::Error;
 use super::bounded;
 use trainforge_api::plugin::{Descriptor, KindRef, WIT_VERSION};
 
+/// `major.minor` of a version string, for 0.x compatibility (a 0.x minor
+/// bump is breaking in semver; patches are additive).
+pub(super) fn compat_line(v: &str) -> Option<(u64, u64)> {
+    let mut it = v.split(['.', '-', '+']);
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Whether a plugin built against `plugin` WIT can be served by this host.
+pub fn wit_compatible(plugin: &str) -> bool {
+    match (compat_line(plugin), compat_line(WIT_VERSION)) {
+        (Some((pm, pn)), Some((hm, hn))) if pm == 0 || hm == 0 => pm == hm && pn == hn,
+        (Some((pm, _)), Some((hm, _))) => pm == hm,
+        _ => false,
+    }
+}
+
 /// Policy keys one plugin may serve.
 pub const MAX_POLICY_KEYS: usize = 16;
 /// Phase names one plugin may list.
@@ -119,7 +137,7 @@ pub fn check(
             bounded::sanitize(&d.version, 80)
         )));
     }
-    if !super::load::wit_compatible(&d.wit_version) {
+    if !wit_compatible(&d.wit_version) {
         return Err(Error::IncompatibleInterface {
             plugin: who.clone(),
             message: format!(

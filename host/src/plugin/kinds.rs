@@ -19,6 +19,7 @@
 //! `allowedReads` lists them explicitly ([`read_needs_explicit_grant`]), and
 //! namespaced reads only inside the TrainJob's namespace.
 
+use kube::api::GroupVersionKind;
 use trainforge_api::plugin::KindRef;
 
 /// The decision of the host-wide rules for one kind.
@@ -116,6 +117,15 @@ pub const KNOWN_CLUSTER_SCOPED: &[&str] = &[
     "DeviceClass",
     "ResourceSlice",
 ];
+
+/// The group/version/kind of a kind reference (`v1` is the core group).
+pub fn gvk(kind: &KindRef) -> GroupVersionKind {
+    let (group, version) = kind
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", kind.api_version.as_str()));
+    GroupVersionKind::gvk(group, version, &kind.kind)
+}
 
 /// The host-wide rule for emitting `kind`.
 pub fn emit_rule(kind: &KindRef) -> KindRule {

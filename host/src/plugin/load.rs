@@ -7,6 +7,7 @@ use super::cache::{ArtifactCache, CacheOutcome};
 use super::call::{CallEnv, Inner, LoadedPlugin, descriptor_from_wit, with_instance};
 use super::code::{Code, OnDemand, OnDemandSlots, Reload};
 use super::compile::{CompileError, compile};
+use super::descriptor::{compat_line, wit_compatible};
 use super::engine::{EngineHandle, RuntimeConfig};
 use super::observe::{CallObserver, ObserverSlot};
 use super::sandbox::{CallScope, CallState, PluginContext, deny_waiting};
@@ -37,24 +38,6 @@ pub struct PluginRuntime {
     linked: Mutex<HashMap<String, PluginPre<CallState>>>,
     /// The code of builtins mapped while in use (see [`super::code`]).
     on_demand: OnDemandSlots,
-}
-
-/// `major.minor` of a version string, for 0.x compatibility (a 0.x minor
-/// bump is breaking in semver; patches are additive).
-fn compat_line(v: &str) -> Option<(u64, u64)> {
-    let mut it = v.split(['.', '-', '+']);
-    let major = it.next()?.parse().ok()?;
-    let minor = it.next()?.parse().ok()?;
-    Some((major, minor))
-}
-
-/// Whether a plugin built against `plugin` WIT can be served by this host.
-pub fn wit_compatible(plugin: &str) -> bool {
-    match (compat_line(plugin), compat_line(WIT_VERSION)) {
-        (Some((pm, pn)), Some((hm, hn))) if pm == 0 || hm == 0 => pm == hm && pn == hn,
-        (Some((pm, _)), Some((hm, _))) => pm == hm,
-        _ => false,
-    }
 }
 
 const GUEST_EXPORT: &str = "trainforge:plugin/guest@";

@@ -27,7 +27,8 @@
 //!   failure stops the pass.
 //! - [`CallObserver`]: told about every guest call (metrics).
 //! - [`builtin`]: plugins embedded in the binary at build time.
-//! - [`cli`]: `trainforge plugin inspect|run|bench` (and the compile worker).
+//! - `trainforge plugin inspect|run|bench` and the compile worker are
+//!   [`crate::cmd::plugin`], a floor above.
 //!
 //! Every failure is an [`Error`] with a distinct reason (`Timeout`,
 //! `MemoryLimit`, `Trap`, `InvalidOutput`, `ForbiddenObject`,
@@ -40,18 +41,17 @@ pub mod bounded;
 pub mod builtin;
 mod cache;
 mod call;
-pub mod cli;
 mod code;
 pub mod compile;
 pub mod descriptor;
 mod engine;
 mod error;
+mod grants;
 pub mod kinds;
 mod load;
 mod observe;
 pub mod output_check;
 pub mod pod_policy;
-pub mod sample;
 mod sandbox;
 mod set;
 mod source;
@@ -59,13 +59,15 @@ mod source;
 pub use cache::{CacheOutcome, sha256_hex};
 pub use call::{LoadedPlugin, PhaseInput, ValidateInput};
 pub use compile::{CompileLimits, Compiler};
-pub use engine::{Limits, RuntimeConfig};
+pub use descriptor::wit_compatible;
+pub use engine::{Limits, RuntimeConfig, run_compile_worker};
 pub use error::Error;
-pub use load::{DESCRIBE_TIMEOUT, PluginRuntime, wit_compatible};
+pub use grants::Grants;
+pub use load::{DESCRIBE_TIMEOUT, PluginRuntime};
 pub use observe::CallObserver;
 pub use output_check::Owner;
 pub use pod_policy::PodGrants;
-pub use sandbox::{CallScope, Grants, HostInputs, record_host_inputs};
+pub use sandbox::{CallScope, HostInputs, record_host_inputs};
 pub use set::{
     CallOutcome, CallRecord, PluginFieldError, PluginSet, ReconcileOutput, StatusOutput,
     ValidateBudget, ValidateOutput,

@@ -4,7 +4,7 @@
 use super::Error;
 use super::FailurePolicy;
 use super::engine::Limits;
-use super::sandbox::Grants;
+use super::grants::Grants;
 use bytes::Bytes;
 use serde_json::Value;
 use std::collections::BTreeMap;

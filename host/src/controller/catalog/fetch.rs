@@ -4,7 +4,6 @@
 //! the signatures stored next to it. Every source is bounded by the
 //! runtime's component size limit.
 
-use std::sync::Once;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -12,10 +11,10 @@ use kube::Api;
 use oci_client::secrets::RegistryAuth;
 use trainforge_api::trainforge::v1alpha1::{ConfigMapSource, PluginSourceSpec, reason};
 
-use super::netguard::{NetGuard, Refused};
 use crate::oci::artifact::ArtifactError;
 use crate::oci::cosign::FoundSignature;
 use crate::oci::registry::{self, Registry, RegistryError, RegistryOptions};
+use crate::ops::netguard::{NetGuard, Refused};
 use crate::plugin::{FileError, builtin};
 use bytes::Bytes;
 
@@ -145,7 +144,7 @@ pub struct Fetcher {
 pub struct FetchOptions {
     /// Networks https and OCI sources may reach although they are
     /// loopback, link-local, private or otherwise special (see
-    /// [`super::netguard`]).
+    /// [`crate::ops::netguard`]).
     pub allowed_networks: Vec<ipnet::IpNet>,
     /// Extra CA certificates (PEM) trusted besides the system's (https
     /// servers and registries).
@@ -183,22 +182,6 @@ fn classify(url: &str, e: &reqwest::Error) -> FetchError {
     }
 }
 
-/// Install rustls' ring provider as the process default (once; a provider
-/// installed earlier by someone else is kept).
-pub fn install_crypto_provider() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let _already_installed = rustls::crypto::ring::default_provider().install_default();
-    });
-}
-
-/// The builtin plugin called `name` (`torch` or `plugin-torch`).
-pub fn find_builtin(name: &str) -> Option<&'static builtin::BuiltinPlugin> {
-    builtin::all()
-        .iter()
-        .find(|b| b.crate_name == name || b.crate_name.strip_prefix("plugin-") == Some(name))
-}
-
 impl Fetcher {
     /// A fetcher reading ConfigMaps through `client` and refusing components
     /// larger than `max_bytes`; https sources reach public addresses only.
@@ -212,7 +195,7 @@ impl Fetcher {
         max_bytes: usize,
         opts: &FetchOptions,
     ) -> Result<Self, super::Error> {
-        install_crypto_provider();
+        crate::ops::crypto::install_crypto_provider();
         let guard = NetGuard::new(opts.allowed_networks.clone());
         let mut builder = reqwest::Client::builder()
             .https_only(true)
@@ -274,7 +257,7 @@ impl Fetcher {
 
     async fn fetch_bytes(&self, source: &PluginSourceSpec) -> Result<Fetched, FetchError> {
         if let Some(name) = &source.builtin {
-            let b = find_builtin(name).ok_or_else(|| FetchError::UnknownBuiltin {
+            let b = builtin::find(name).ok_or_else(|| FetchError::UnknownBuiltin {
                 name: name.clone(),
                 available: builtin::all()
                     .iter()

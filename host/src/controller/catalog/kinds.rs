@@ -26,7 +26,7 @@ use kube::api::PostParams;
 use trainforge_api::plugin::KindRef;
 use trainforge_api::trainforge::v1alpha1::reason;
 
-use crate::controller::trainjob::objects::gvk;
+use crate::plugin::kinds::gvk;
 use crate::plugin::{LoadedPlugin, bounded};
 
 /// Bound of each discovery or access-review request.

@@ -33,7 +33,6 @@
 mod controller;
 pub mod fetch;
 mod kinds;
-pub mod netguard;
 pub mod spec;
 mod state;
 pub mod status;

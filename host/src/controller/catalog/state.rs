@@ -678,7 +678,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
-    use crate::controller::catalog::fetch::find_builtin;
+    use crate::plugin::builtin::find as find_builtin;
     use crate::plugin::{NoObjects, RuntimeConfig};
 
     fn catalog() -> PluginCatalog {

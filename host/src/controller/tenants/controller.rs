@@ -31,7 +31,7 @@ use crate::controller::catalog::fetch::{FetchOptions, Fetcher};
 use crate::controller::catalog::{
     Attempt, Entry, Loader, Pin, PluginCatalog, Stage, Tenancy, attempt, restore_with, status,
 };
-use crate::controller::trainjob::events::{Recorder, Reporter};
+use crate::ops::events::{EventType, Recorder, Reporter};
 
 /// How soon a failed attempt (not a policy refusal) is retried.
 pub const RETRY_FAILED: std::time::Duration = std::time::Duration::from_secs(30);
@@ -475,7 +475,7 @@ async fn announce(ctx: &Ctx, obj: &TrainerPlugin, before: Option<&TenantEntry>, 
     };
     let mut events = Vec::new();
     if let Some((r, m)) = failure(Some(now)).filter(|f| failure(before) != Some(f.clone())) {
-        events.push((true, r, m));
+        events.push((EventType::Warning, r, m));
     }
     if let Some(d) = digest(Some(now)).filter(|d| digest(before).as_ref() != Some(d)) {
         let plugin = now
@@ -485,7 +485,7 @@ async fn announce(ctx: &Ctx, obj: &TrainerPlugin, before: Option<&TenantEntry>, 
             .map(|s| s.described.name.clone())
             .unwrap_or_default();
         events.push((
-            false,
+            EventType::Normal,
             "Serving".to_owned(),
             format!("serving plugin {plugin} (sha256 {d})"),
         ));
@@ -494,10 +494,10 @@ async fn announce(ctx: &Ctx, obj: &TrainerPlugin, before: Option<&TenantEntry>, 
         return;
     }
     let regarding = obj.object_ref(&());
-    for (warning, r, note) in events {
+    for (event_type, r, note) in events {
         if let Err(e) = ctx
             .recorder
-            .record_about(&regarding, warning, &r, "Loading", &note)
+            .record_about(&regarding, event_type, &r, "Loading", &note)
             .await
         {
             tracing::warn!(error = %e, "publishing Event on the TrainerPlugin failed");

@@ -434,8 +434,8 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
-    use crate::controller::catalog::fetch::find_builtin;
     use crate::controller::catalog::{Attempt, Serving};
+    use crate::plugin::builtin::find as find_builtin;
     use crate::plugin::{PluginRuntime, RuntimeConfig};
     use trainforge_api::trainforge::v1alpha1::{ClusterTrainerPluginSpec, reason};
 

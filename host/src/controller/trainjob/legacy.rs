@@ -24,7 +24,7 @@ use trainforge_api::blueprint::legacy::{self, LegacyError};
 use trainforge_api::trainer::v1alpha1::TrainJob;
 
 use super::Context;
-use super::events::{self, ACTION_RECONCILING};
+use super::events::{self, ACTION_RECONCILING, EventType};
 
 /// Event reason when the v2.1 fields were moved into a runtime patch.
 pub const REASON_CONVERTED: &str = "DeprecatedFieldsConverted";
@@ -72,7 +72,15 @@ pub async fn convert(ctx: &Context, job: &TrainJob) -> Outcome {
                 legacy::LEGACY_FIELDS_MANAGER
             );
             info!(fields = %converted.join(","), "v2.1 fields converted to a runtime patch");
-            events::publish(ctx, job, true, REASON_CONVERTED, ACTION_RECONCILING, note).await;
+            events::publish(
+                ctx,
+                job,
+                EventType::Warning,
+                REASON_CONVERTED,
+                ACTION_RECONCILING,
+                note,
+            )
+            .await;
             Outcome::Rewritten
         }
         Err(LegacyWriteError::Write(kube::Error::Api(e))) if e.code == 409 => {
@@ -87,7 +95,7 @@ pub async fn convert(ctx: &Context, job: &TrainJob) -> Outcome {
             events::publish(
                 ctx,
                 job,
-                true,
+                EventType::Warning,
                 REASON_NOT_CONVERTED,
                 ACTION_RECONCILING,
                 note,

@@ -38,7 +38,7 @@ pub mod render_memo;
 pub mod serving;
 pub mod snapshot;
 
-use events::{Recorder, Reporter};
+use crate::ops::events::{Recorder, Reporter};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -55,7 +55,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use trainforge_api::trainer::v1alpha1::TrainJob;
 
-use crate::controller::ops::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::plugin::PluginSet;
 
 pub use objects::ObjectCache;

@@ -24,6 +24,7 @@
 //! the watch delivers a just-created object would create it again (and be
 //! refused), or render again what nothing changed.
 
+use crate::plugin::kinds::gvk;
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -32,7 +33,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
 use kube::api::{Api, DynamicObject};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
@@ -141,15 +142,6 @@ impl std::fmt::Debug for ObjectCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ObjectCache").finish_non_exhaustive()
     }
-}
-
-/// The group/version/kind of a kind reference (`v1` is the core group).
-pub fn gvk(kind: &KindRef) -> GroupVersionKind {
-    let (group, version) = kind
-        .api_version
-        .split_once('/')
-        .unwrap_or(("", kind.api_version.as_str()));
-    GroupVersionKind::gvk(group, version, &kind.kind)
 }
 
 /// The TrainJob that controls `object`, if any.

@@ -53,7 +53,7 @@ use trainforge_api::trainer::v1alpha1::{TrainJob, TrainJobStatus};
 use super::apply::ApplyError as ApplyStepError;
 use super::apply::{self, ApplyError, Outcome};
 use super::conditions::{self, ConditionStatus, Deadline, StatusError};
-use super::events::{self, ACTION_RECONCILING, REASON_CREATION_FAILED};
+use super::events::{self, ACTION_RECONCILING, EventType, REASON_CREATION_FAILED};
 use super::legacy;
 use super::objects::ObjectsError;
 use super::render_memo::ObjectId;
@@ -466,7 +466,13 @@ impl Reconcile<'_> {
             match self
                 .ctx
                 .recorder
-                .record_about(&regarding, true, e.reason(), ACTION_RECONCILING, &note)
+                .record_about(
+                    &regarding,
+                    EventType::Warning,
+                    e.reason(),
+                    ACTION_RECONCILING,
+                    &note,
+                )
                 .await
             {
                 Ok(()) => self.ctx.metrics.api_write("create", "Event"),
@@ -510,8 +516,12 @@ impl Reconcile<'_> {
             );
             if old != status {
                 warn!(error = %e, "unsupported runtime");
-                self.publish(true, REASON_TRAINING_RUNTIME_NOT_SUPPORTED, e.to_string())
-                    .await;
+                self.publish(
+                    EventType::Warning,
+                    REASON_TRAINING_RUNTIME_NOT_SUPPORTED,
+                    e.to_string(),
+                )
+                .await;
             }
             self.write_status(&old, &status).await?;
             return Ok(Action::await_change());
@@ -579,7 +589,7 @@ impl Reconcile<'_> {
         if let Some(e) = failure.as_ref().filter(|e| e.is_creation_failure()) {
             warn!(step = e.reason(), error = %e, "TrainJob resources reconciliation failed");
             self.publish(
-                true,
+                EventType::Warning,
                 REASON_CREATION_FAILED,
                 events::creation_failed_note(&e.to_string()),
             )
@@ -696,14 +706,14 @@ impl Reconcile<'_> {
             keep_first(&mut failure, e);
         } else {
             for t in &transitions {
-                if let Some((warning, reason, note)) = events::for_transition(t) {
-                    self.publish(warning, &reason, note).await;
+                if let Some((event_type, reason, note)) = events::for_transition(t) {
+                    self.publish(event_type, &reason, note).await;
                 }
             }
             if let Some(note) =
                 patches_event.filter(|_| self.ctx.report_patches_once(job, &patches_hash))
             {
-                self.publish(true, EVENT_RUNTIME_PATCHES_IGNORED, note)
+                self.publish(EventType::Warning, EVENT_RUNTIME_PATCHES_IGNORED, note)
                     .await;
             }
             if diverged.is_none() {
@@ -720,11 +730,11 @@ impl Reconcile<'_> {
     }
 
     /// Publish an Event on the TrainJob (counted as a write when written).
-    async fn publish(&mut self, warning: bool, reason: &str, note: String) {
+    async fn publish(&mut self, event_type: EventType, reason: &str, note: String) {
         if events::publish(
             self.ctx,
             self.job,
-            warning,
+            event_type,
             reason,
             ACTION_RECONCILING,
             note,

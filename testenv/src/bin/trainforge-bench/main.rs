@@ -733,6 +733,10 @@ fn api_counts(
 async fn trainforge(args: &Args, bin: &Path) -> Result<(Cost, Option<Start>), BenchError> {
     let env = start_env(Paths::from_env(), OPERATOR_USER).await?;
     let result = run(&env, args, bin).await;
+    // The control plane's own start-up and memory, beside the operator's.
+    for line in env.figures().to_string().lines() {
+        println!("BENCH testenv {line}");
+    }
     if let Ok(client) = env.client().await {
         let _ = trainforge_testenv::webhooks::unregister(&client, &repo_root()).await;
     }

@@ -1,0 +1,85 @@
+//! The `trainforge` commands, the top floor: this file parses the command
+//! line and dispatches; each subcommand is a module of its own.
+//!
+//! - [`operator`]: `trainforge operator`, the operator's start-up.
+//! - [`render`]: `trainforge render`, the pipeline without a cluster.
+//! - [`plugin`]: `trainforge plugin inspect|run|bench|precompile` (and the
+//!   compile worker); [`oci`]: `trainforge plugin push|pull|sign|verify|keygen`.
+//! - [`crds`]: `trainforge crds`, the CRD YAML from the Rust API types.
+
+pub mod crds;
+pub mod oci;
+pub mod operator;
+pub mod plugin;
+pub mod render;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Trainforge: Kubeflow Trainer v2 with sandboxed Wasm plugins.
+#[derive(Debug, Parser)]
+#[command(name = "trainforge", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write (or check) the generated CRD YAML files.
+    Crds(crate::cmd::crds::CrdsArgs),
+    /// Print the objects the operator would apply for TrainJobs (no cluster).
+    Render(crate::cmd::render::RenderArgs),
+    /// Tools for plugin authors: inspect, run and benchmark a `.wasm` plugin;
+    /// publish, sign and verify it as an OCI artifact.
+    #[command(subcommand)]
+    Plugin(crate::cmd::plugin::PluginCommand),
+    /// Run the operator (TrainJob and ClusterTrainerPlugin controllers).
+    Operator(Box<crate::cmd::operator::OperatorArgs>),
+}
+
+/// Parse arguments, run the chosen subcommand and map its result to an exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(matches!(cli.command, Command::Operator(_)));
+    let result = match cli.command {
+        Command::Operator(args) => crate::cmd::operator::main(*args).map_err(|e| e.to_string()),
+        Command::Crds(args) => crate::cmd::crds::run(&args).map_err(|e| e.to_string()),
+        Command::Render(args) => crate::cmd::render::run(&args).map_err(|e| e.to_string()),
+        Command::Plugin(cmd) => crate::cmd::plugin::run(cmd).map_err(|e| e.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr (stdout carries command output such as YAML), coloured
+/// only when stderr is a terminal;
+/// `RUST_LOG` selects the level: `warn` by default for the tools, `info` for
+/// the operator, whose logs are JSON lines (one per event, with the span
+/// fields: TrainJob, plugin, phase) unless `TRAINFORGE_LOG_FORMAT=text`.
+fn init_tracing(operator: bool) {
+    let default = if operator { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    // Ignore the error: a subscriber may already be set (e.g. in tests).
+    let _ = if operator && std::env::var("TRAINFORGE_LOG_FORMAT").as_deref() != Ok("text") {
+        builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .try_init()
+    } else {
+        builder.try_init()
+    };
+}

@@ -1,0 +1,567 @@
+//! `trainforge plugin ...` subcommands for plugin authors.
+
+use crate::plugin::{
+    CacheOutcome, CallScope, Compiler, Grants, LoadedPlugin, Owner, PhaseInput, PluginRuntime,
+    PluginSet, PluginSource, RuntimeConfig, StaticObjects, ValidateInput, builtin,
+};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use trainforge_api::plugin::{Info, KindRef, Phase};
+
+use crate::pipeline::input::{InputError, plugin_inputs};
+use crate::pipeline::sample;
+
+/// Namespace of a TrainJob file that names none.
+const DEFAULT_NAMESPACE: &str = "default";
+
+/// `trainforge plugin` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum PluginCommand {
+    /// Show a plugin's name, WIT version, policy keys, phases, kinds and sha256.
+    Inspect {
+        /// The component (`.wasm`).
+        file: PathBuf,
+        /// Refuse the file unless its sha256 is this (hex).
+        #[arg(long)]
+        sha256: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run every phase of a plugin on a TrainJob and runtime (dry run): print
+    /// the objects it would create, the resulting info and TrainJob, the
+    /// validation result and the status, as one JSON document. The plugin
+    /// starts from what the operator would give it: the TrainJob with its
+    /// CRD defaults and the runtime info the operator builds (the TrainJob's
+    /// `runtimePatches`, `podTemplateOverrides` and `resourcesPerNode`
+    /// merged into the runtime it references).
+    Run {
+        /// The component (`.wasm`).
+        file: PathBuf,
+        /// TrainJob (YAML or JSON).
+        #[arg(long)]
+        trainjob: PathBuf,
+        /// TrainingRuntime or ClusterTrainingRuntime (YAML or JSON).
+        #[arg(long)]
+        runtime: PathBuf,
+        /// Plugin configuration (JSON).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Objects served to `host.get-object` (YAML or JSON; repeatable).
+        #[arg(long = "object")]
+        objects: Vec<PathBuf>,
+        /// Grants, as an administrator would give them (repeatable):
+        /// `random`, `clock`, `privileged`, `hostNamespaces`, `hostPorts`,
+        /// `hostPath=<prefix>`, `capability=<CAP>`, `serviceAccount=<name>`,
+        /// `image=<prefix>`.
+        #[arg(long = "grant")]
+        grants: Vec<String>,
+        /// A kind the administrator allows the plugin to emit, as
+        /// `<apiVersion>/<Kind>` (e.g. `v1/Pod`; repeatable; narrows what
+        /// it declares).
+        #[arg(long = "allowed-kind")]
+        allowed_kinds: Vec<String>,
+        /// A kind the administrator allows the plugin to read, as
+        /// `<apiVersion>/<Kind>` (e.g. `v1/Secret`; repeatable).
+        #[arg(long = "allowed-read")]
+        allowed_reads: Vec<String>,
+        /// A `TrainerPlugin` (YAML or JSON): run the component as that
+        /// tenant plugin, with its spec's config, limits, phases, kinds and
+        /// grants capped by the ceiling exactly as the operator would (a
+        /// spec asking for more is refused, naming what). The TrainJob must
+        /// be in the TrainerPlugin's namespace.
+        #[arg(long, conflicts_with_all = ["config", "grants", "allowed_kinds", "allowed_reads"])]
+        trainer_plugin: Option<PathBuf>,
+        /// The `TrainerPluginPolicy` (YAML or JSON) whose ceiling applies
+        /// to `--trainer-plugin` (default: the operator's defaults). Its
+        /// `namespaceSelector` is not checked offline.
+        #[arg(long, requires = "trainer_plugin")]
+        policy: Option<PathBuf>,
+    },
+    /// Measure load time and per-phase call latency (fresh store per call).
+    Bench {
+        /// The component (`.wasm`).
+        file: PathBuf,
+        /// Calls per phase.
+        #[arg(long, default_value_t = 200)]
+        iterations: usize,
+        /// TrainJob (default: a synthetic one).
+        #[arg(long, requires = "runtime")]
+        trainjob: Option<PathBuf>,
+        /// Runtime (default: a synthetic ~20 KB JobSet-sized one).
+        #[arg(long, requires = "trainjob")]
+        runtime: Option<PathBuf>,
+        /// Plugin configuration (JSON).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Compile every builtin plugin for this binary's wasmtime
+    /// configuration into `out`, to ship beside the binary: the operator
+    /// loads them from there (`--plugin-artifacts-dir`, by default
+    /// `trainforge-artifacts` next to its executable) instead of compiling
+    /// at start. Artifacts for another binary or CPU are ignored there.
+    Precompile {
+        /// The directory to write (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Write a new ECDSA P-256 signing key pair (`<out>.key`, `<out>.pub`).
+    Keygen(crate::cmd::oci::KeygenArgs),
+    /// Publish a component as a Wasm OCI artifact (`oci://registry/repo:tag`);
+    /// prints the reference by digest to put in a `ClusterTrainerPlugin`.
+    Push(crate::cmd::oci::PushArgs),
+    /// Download an `oci://` plugin (checked as the operator checks it).
+    Pull(crate::cmd::oci::PullArgs),
+    /// Sign an `oci://` artifact by digest (cosign format, stored in the
+    /// registry) or a `.wasm` file (`<file>.sig`).
+    Sign(crate::cmd::oci::SignArgs),
+    /// Check a plugin's signature against public keys, as the operator's
+    /// `spec.verification` does.
+    Verify(crate::cmd::oci::VerifyArgs),
+    /// Compile a component in this process under a memory cap and write
+    /// the precompiled artifact (run by the operator, not by people).
+    #[command(hide = true)]
+    CompileWorker {
+        /// The process's data-segment limit in bytes.
+        #[arg(long)]
+        memory_bytes: u64,
+        /// The component.
+        input: PathBuf,
+        /// Where the artifact goes.
+        output: PathBuf,
+    },
+}
+
+/// Errors of the plugin CLI.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading an input file failed.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// An input file is not valid YAML/JSON.
+    #[error("parsing {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Parser message.
+        message: String,
+    },
+    /// The TrainJob and runtime could not be read as the operator would
+    /// (CRD defaults, the runtime it references, its runtime info).
+    #[error(transparent)]
+    Inputs(#[from] InputError),
+    /// The plugin failed (load or call).
+    #[error(transparent)]
+    Plugin(#[from] crate::plugin::Error),
+    /// Writing output failed.
+    #[error("writing output: {0}")]
+    Output(String),
+    /// A command-line argument is malformed.
+    #[error("{0}")]
+    Usage(String),
+    /// The compile worker failed.
+    #[error("compile worker: {0}")]
+    Worker(String),
+    /// Publishing, fetching, signing or verifying an OCI plugin failed.
+    #[error(transparent)]
+    Oci(#[from] crate::cmd::oci::CliError),
+}
+
+/// `<apiVersion>/<Kind>` (the kind is after the last `/`).
+fn parse_kind(text: &str) -> Result<KindRef, Error> {
+    match text.rsplit_once('/') {
+        Some((api, kind)) if !api.is_empty() && !kind.is_empty() => Ok(KindRef::new(api, kind)),
+        _ => Err(Error::Usage(format!(
+            "{text:?}: expected <apiVersion>/<Kind>, e.g. v1/Secret or apps/v1/Deployment"
+        ))),
+    }
+}
+
+fn parse_kinds(texts: &[String]) -> Result<Option<Vec<KindRef>>, Error> {
+    if texts.is_empty() {
+        return Ok(None);
+    }
+    texts
+        .iter()
+        .map(|t| parse_kind(t))
+        .collect::<Result<_, _>>()
+        .map(Some)
+}
+
+/// The runtime of the CLI: components are compiled in a bounded child
+/// process (this executable), as in the operator.
+pub fn cli_runtime() -> Result<PluginRuntime, Error> {
+    let compiler = Compiler::this_executable().map_err(Error::Usage)?;
+    Ok(PluginRuntime::new(RuntimeConfig {
+        compiler,
+        ..RuntimeConfig::default()
+    })?)
+}
+
+/// `trainforge plugin precompile --out DIR`: every builtin compiled into
+/// `DIR` with the operator's engine configuration (the same cache keys the
+/// operator looks up). Builtins are part of this binary, so they compile in
+/// this process.
+fn precompile(out: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(out).map_err(|source| Error::Read {
+        path: out.to_owned(),
+        source,
+    })?;
+    let rt = PluginRuntime::new(RuntimeConfig {
+        cache_dir: Some(out.to_owned()),
+        ..RuntimeConfig::default()
+    })?;
+    for b in builtin::all() {
+        let started = Instant::now();
+        let (_, outcome) = rt.load_traced(b.trusted_source())?;
+        println!(
+            "{}: {} in {} ms",
+            b.crate_name,
+            match outcome {
+                CacheOutcome::Compiled => "compiled",
+                _ => "already there",
+            },
+            started.elapsed().as_millis()
+        );
+    }
+    println!(
+        "{} builtin plugins precompiled into {}",
+        builtin::all().len(),
+        out.display()
+    );
+    Ok(())
+}
+
+fn read(path: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn read_doc(path: &Path) -> Result<Value, Error> {
+    let text = read(path)?;
+    if let Ok(v) = serde_json::from_str(&text) {
+        return Ok(v);
+    }
+    serde_saphyr::from_str::<Value>(&text).map_err(|e| Error::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+fn load(rt: &PluginRuntime, file: &Path, config: Option<&Path>) -> Result<PluginSource, Error> {
+    let mut src = PluginSource::from_file(file, rt.config().max_component_bytes)?;
+    if let Some(c) = config {
+        let v: Value = serde_json::from_str(&read(c)?).map_err(|e| Error::Parse {
+            path: c.to_owned(),
+            message: e.to_string(),
+        })?;
+        src.config = v.to_string();
+    }
+    Ok(src)
+}
+
+/// Load `file` as the tenant plugin the `TrainerPlugin` in `tp` configures,
+/// under the ceiling of the policy in `policy` (the operator's defaults when
+/// `None`), for `trainjob` (which must be in the TrainerPlugin's namespace).
+fn load_tenant(
+    rt: &PluginRuntime,
+    file: &Path,
+    tp: &Path,
+    policy: Option<&Path>,
+    trainjob: &Value,
+    objects: StaticObjects,
+) -> Result<LoadedPlugin, Error> {
+    let plugin = read_trainer_plugin(tp)?;
+    let policy = policy.map(read_policy).transpose()?;
+    let src = PluginSource::from_file(file, rt.config().max_component_bytes)?;
+    let t = crate::controller::tenants::offline::load(
+        rt,
+        &plugin,
+        src.bytes,
+        policy.as_ref(),
+        DEFAULT_NAMESPACE,
+        Arc::new(objects),
+    )
+    .map_err(|e| Error::Usage(e.to_string()))?;
+    let job_ns = trainjob
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or(DEFAULT_NAMESPACE);
+    if job_ns != t.namespace {
+        return Err(Error::Usage(format!(
+            "TrainerPlugin {}/{} serves only TrainJobs of namespace {}, not {job_ns}",
+            t.namespace, t.name, t.namespace
+        )));
+    }
+    Ok(t.plugin)
+}
+
+/// A `TrainerPlugin` (YAML or JSON) from `path`.
+pub fn read_trainer_plugin(
+    path: &Path,
+) -> Result<trainforge_api::trainforge::v1alpha1::TrainerPlugin, Error> {
+    serde_json::from_value(read_doc(path)?).map_err(|e| Error::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// The spec of a `TrainerPluginPolicy` (YAML or JSON) from `path`.
+pub fn read_policy(
+    path: &Path,
+) -> Result<trainforge_api::trainforge::v1alpha1::TrainerPluginPolicySpec, Error> {
+    let doc = read_doc(path)?;
+    serde_json::from_value(doc.get("spec").cloned().unwrap_or_default()).map_err(|e| Error::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// The TrainJob in `trainjob` as the operator stores it and the runtime info
+/// the operator builds for it on the runtime in `runtime`.
+fn operator_inputs(trainjob: &Path, runtime: &Path) -> Result<(Value, Info), Error> {
+    let origin = |p: &Path| p.display().to_string();
+    Ok(plugin_inputs(
+        (&origin(trainjob), read_doc(trainjob)?),
+        (&origin(runtime), read_doc(runtime)?),
+        DEFAULT_NAMESPACE,
+    )?)
+}
+
+fn print_json(v: &Value) -> Result<(), Error> {
+    let s = serde_json::to_string_pretty(v).map_err(|e| Error::Output(e.to_string()))?;
+    println!("{s}");
+    Ok(())
+}
+
+/// Run a `trainforge plugin` subcommand.
+pub fn run(cmd: PluginCommand) -> Result<(), Error> {
+    if let PluginCommand::CompileWorker {
+        memory_bytes,
+        input,
+        output,
+    } = &cmd
+    {
+        return crate::plugin::run_compile_worker(*memory_bytes, input, output)
+            .map_err(Error::Worker);
+    }
+    if let PluginCommand::Precompile { out } = &cmd {
+        return precompile(out);
+    }
+    match &cmd {
+        PluginCommand::Keygen(a) => return Ok(crate::cmd::oci::keygen(a)?),
+        PluginCommand::Push(a) => return Ok(crate::cmd::oci::push(a)?),
+        PluginCommand::Pull(a) => return Ok(crate::cmd::oci::pull(a)?),
+        PluginCommand::Sign(a) => return Ok(crate::cmd::oci::sign(a)?),
+        PluginCommand::Verify(a) => return Ok(crate::cmd::oci::verify(a)?),
+        _ => {}
+    }
+    let rt = cli_runtime()?;
+    match cmd {
+        PluginCommand::CompileWorker { .. }
+        | PluginCommand::Precompile { .. }
+        | PluginCommand::Keygen(_)
+        | PluginCommand::Push(_)
+        | PluginCommand::Pull(_)
+        | PluginCommand::Sign(_)
+        | PluginCommand::Verify(_) => Ok(()),
+        PluginCommand::Inspect { file, sha256, json } => {
+            let mut src = load(&rt, &file, None)?;
+            src.sha256 = sha256;
+            let size = src.bytes.len();
+            let p = rt.load(src)?;
+            inspect(&p, size, json)
+        }
+        PluginCommand::Run {
+            file,
+            trainjob,
+            runtime,
+            config,
+            objects,
+            grants,
+            allowed_kinds,
+            allowed_reads,
+            trainer_plugin,
+            policy,
+        } => {
+            if let Some(tp) = trainer_plugin {
+                let mut store = StaticObjects::default();
+                for o in &objects {
+                    store.insert(&read_doc(o)?);
+                }
+                let (trainjob, info) = operator_inputs(&trainjob, &runtime)?;
+                let p = load_tenant(&rt, &file, &tp, policy.as_deref(), &trainjob, store)?;
+                return print_json(&dry_run(&p, &trainjob, &info)?);
+            }
+            let mut src = load(&rt, &file, config.as_deref())?;
+            src.allowed_emits = parse_kinds(&allowed_kinds)?;
+            src.allowed_reads = parse_kinds(&allowed_reads)?;
+            let mut store = StaticObjects::default();
+            for o in &objects {
+                store.insert(&read_doc(o)?);
+            }
+            src.objects = Arc::new(store);
+            let (g, unknown) = Grants::from_names(grants.iter().map(String::as_str));
+            if !unknown.is_empty() {
+                return Err(Error::Usage(format!(
+                    "unknown grants {unknown:?}: use random, clock, privileged, hostNamespaces, hostPorts, hostPath=<prefix>, capability=<CAP>, serviceAccount=<name> or image=<prefix>"
+                )));
+            }
+            src.grants = g;
+            let p = rt.load(src)?;
+            let (trainjob, info) = operator_inputs(&trainjob, &runtime)?;
+            print_json(&dry_run(&p, &trainjob, &info)?)
+        }
+        PluginCommand::Bench {
+            file,
+            iterations,
+            trainjob,
+            runtime,
+            config,
+        } => {
+            let src = load(&rt, &file, config.as_deref())?;
+            let (trainjob, info) = match (trainjob, runtime) {
+                (Some(t), Some(r)) => operator_inputs(&t, &r)?,
+                _ => sample::inputs(&[])?,
+            };
+            bench(&rt, src, &trainjob, &info, iterations.max(1))
+        }
+    }
+}
+
+fn inspect(p: &LoadedPlugin, size: usize, as_json: bool) -> Result<(), Error> {
+    let d = p.descriptor();
+    if as_json {
+        return print_json(&json!({"descriptor": d, "sha256": p.sha256(), "size": size}));
+    }
+    let list = |v: Vec<String>| {
+        if v.is_empty() {
+            "-".to_owned()
+        } else {
+            v.join(", ")
+        }
+    };
+    let kinds =
+        |v: &[trainforge_api::plugin::KindRef]| list(v.iter().map(ToString::to_string).collect());
+    println!("name:          {}", d.name);
+    println!("version:       {}", d.version);
+    println!("wit-version:   {}", d.wit_version);
+    println!("sha256:        {}", p.sha256());
+    println!("size:          {size} bytes");
+    println!("policy-keys:   {}", list(d.policy_keys.clone()));
+    println!("phases:        {}", list(d.phases.clone()));
+    println!("emits:         {}", kinds(&d.emits));
+    println!("reads:         {}", kinds(&d.reads));
+    println!("watches:       {}", kinds(&d.watches));
+    println!("capabilities:  {}", list(d.capabilities.clone()));
+    Ok(())
+}
+
+/// Every phase of one plugin, like a reconcile plus admission, as JSON.
+pub fn dry_run(p: &LoadedPlugin, trainjob: &Value, info: &Info) -> Result<Value, Error> {
+    let set = PluginSet::new(vec![p.clone()])?;
+    let validation = set.validate(trainjob, None, info)?;
+    let out = set.reconcile(trainjob, info)?;
+    let status = set.status(&out.trainjob, &out.info)?;
+    Ok(json!({
+        "plugin": {"name": p.name(), "version": p.descriptor().version, "sha256": p.sha256()},
+        "validation": {
+            "warnings": validation.warnings,
+            "errors": validation.errors.iter().map(|e| &e.error).collect::<Vec<_>>(),
+        },
+        "objects": out.objects,
+        "info": out.info,
+        "trainjob": out.trainjob,
+        "status": status,
+    }))
+}
+
+/// Latency percentiles of `samples` (sorted in place), in microseconds.
+pub fn percentiles(samples: &mut [Duration]) -> (f64, f64, f64, f64) {
+    samples.sort();
+    let at = |q: f64| {
+        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
+        samples.get(i).map_or(0.0, |d| d.as_secs_f64() * 1e6)
+    };
+    (at(0.5), at(0.9), at(0.99), at(1.0))
+}
+
+fn bench(
+    rt: &PluginRuntime,
+    src: PluginSource,
+    trainjob: &Value,
+    info: &Info,
+    n: usize,
+) -> Result<(), Error> {
+    let start = Instant::now();
+    let p = rt.load(src.clone())?;
+    let cold = start.elapsed();
+    let start = Instant::now();
+    let _ = rt.load(src)?;
+    let warm = start.elapsed();
+    println!(
+        "plugin {} ({} bytes of info JSON)",
+        p.name(),
+        serde_json::to_string(info).map(|s| s.len()).unwrap_or(0)
+    );
+    println!(
+        "load: compile + describe {:.2} ms; cached + describe {:.3} ms",
+        cold.as_secs_f64() * 1e3,
+        warm.as_secs_f64() * 1e3
+    );
+    println!(
+        "{:<26} {:>10} {:>10} {:>10} {:>10}",
+        "phase (µs, fresh store)", "p50", "p90", "p99", "max"
+    );
+    let input = PhaseInput {
+        trainjob: trainjob.to_string(),
+        info: serde_json::to_string(info).map_err(|e| Error::Output(e.to_string()))?,
+    };
+    let owner = Owner::from_stored(trainjob).map_err(Error::Usage)?;
+    let scope = CallScope::of(&owner);
+    let row = |name: &str,
+               f: &mut dyn FnMut() -> Result<(), crate::plugin::Error>|
+     -> Result<(), Error> {
+        let mut samples = Vec::with_capacity(n);
+        for _ in 0..n {
+            let s = Instant::now();
+            f()?;
+            samples.push(s.elapsed());
+        }
+        let (p50, p90, p99, max) = percentiles(&mut samples);
+        println!("{name:<26} {p50:>10.1} {p90:>10.1} {p99:>10.1} {max:>10.1}");
+        Ok(())
+    };
+    row("describe", &mut || p.describe_fresh().map(drop))?;
+    for phase in p.descriptor().known_phases() {
+        match phase {
+            Phase::Build => row("build", &mut || p.build(&input, &owner).map(drop))?,
+            Phase::Status => row("status", &mut || p.status(&input, &scope).map(drop))?,
+            Phase::Validate => {
+                let vi = ValidateInput {
+                    trainjob: input.trainjob.clone(),
+                    old_trainjob: None,
+                    info: input.info.clone(),
+                };
+                row("validate", &mut || p.validate(&vi, &scope).map(drop))?
+            }
+            other => row(other.as_str(), &mut || {
+                p.enforce(other, &input, &scope).map(drop)
+            })?,
+        }
+    }
+    let set = PluginSet::new(vec![p.clone()])?;
+    row("reconcile (all phases)", &mut || {
+        set.reconcile(trainjob, info).map(drop)
+    })?;
+    Ok(())
+}

@@ -1,0 +1,294 @@
+//! Leader election on a real API server (api mode): two electors on the same
+//! Lease → exactly one leader; releasing the leader (graceful shutdown) →
+//! the standby takes over within a few retry periods; a leader that vanishes
+//! without releasing is replaced after the Lease expires; the operator
+//! process whose Lease is taken by another holder exits with a non-zero code
+//! (so that its pod restarts). Takeover times are printed (figures, not
+//! asserts beyond generous bounds).
+//!
+//! Skips (passes with a note on stderr) when the control plane is not built.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use trainforge::ops::leader::{LeaderElection, LeaderOptions};
+use trainforge_testenv::{Mode, TestEnv};
+
+fn env() -> Option<&'static TestEnv> {
+    trainforge_testenv::require!(Mode::Api)
+}
+
+fn opts(ns: &str, lease: &str, who: &str, duration: u64, deadline: u64) -> LeaderOptions {
+    LeaderOptions {
+        lease_name: lease.to_owned(),
+        namespace: ns.to_owned(),
+        identity: format!("{who}_{}", std::process::id()),
+        lease_duration: Duration::from_secs(duration),
+        renew_deadline: Duration::from_secs(deadline),
+        retry_period: Duration::from_secs(1),
+    }
+}
+
+fn figure(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "leader election: {msg}");
+}
+
+async fn holder(client: &kube::Client, ns: &str, lease: &str) -> Option<String> {
+    let l = Api::<Lease>::namespaced(client.clone(), ns)
+        .get(lease)
+        .await
+        .ok()?;
+    l.spec?.holder_identity
+}
+
+/// Wait until exactly one of `electors` is leader; its index.
+async fn one_leader(electors: &[&LeaderElection], within: Duration) -> usize {
+    let start = Instant::now();
+    loop {
+        let leaders: Vec<usize> = electors
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.is_leader())
+            .map(|(i, _)| i)
+            .collect();
+        assert!(leaders.len() <= 1, "two leaders at once: {leaders:?}");
+        if leaders.len() == 1 {
+            return leaders[0];
+        }
+        assert!(start.elapsed() < within, "no leader after {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_and_fast_takeover_on_release() {
+    let Some(env) = env() else { return };
+    let client = env.client().await.unwrap();
+    let ns = env.create_namespace("leader").await.unwrap();
+    let stop = CancellationToken::new();
+
+    let t0 = Instant::now();
+    let a = LeaderElection::start(client.clone(), opts(&ns, "ops", "a", 15, 10), stop.clone())
+        .await
+        .unwrap();
+    let b = LeaderElection::start(client.clone(), opts(&ns, "ops", "b", 15, 10), stop.clone())
+        .await
+        .unwrap();
+    let first = one_leader(&[&a, &b], Duration::from_secs(20)).await;
+    figure(&format!("first leader after {:?}", t0.elapsed()));
+
+    // Stays exactly one leader for a while (a renewal happens in between
+    // with these timings only after 10 s; 3 s checks the steady state).
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert_eq!(
+            a.is_leader() as u8 + b.is_leader() as u8,
+            1,
+            "not exactly one leader"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (leader, standby) = if first == 0 { (a, b) } else { (b, a) };
+    assert_eq!(
+        holder(&client, &ns, "ops").await.as_deref(),
+        Some(leader.identity())
+    );
+
+    // Graceful shutdown of the leader: the Lease is released, the standby
+    // takes over well before the 15 s Lease would have expired.
+    let released = Instant::now();
+    leader.release().await.unwrap();
+    assert!(standby.acquired().await);
+    let takeover = released.elapsed();
+    figure(&format!(
+        "takeover after release: {takeover:?} (retry period 1 s, lease 15 s)"
+    ));
+    assert!(
+        takeover < Duration::from_secs(10),
+        "takeover took {takeover:?}"
+    );
+    assert_eq!(
+        holder(&client, &ns, "ops").await.as_deref(),
+        Some(standby.identity())
+    );
+
+    // Cancelling the shared stop token releases the new leader too.
+    stop.cancel();
+    standby.release().await.unwrap();
+    assert_eq!(holder(&client, &ns, "ops").await, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashed_leader_is_replaced_after_expiry() {
+    let Some(env) = env() else { return };
+    let client = env.client().await.unwrap();
+    let ns = env.create_namespace("leader-crash").await.unwrap();
+
+    // The "crashed" leader runs in its own runtime, dropped without release.
+    let crashed_opts = opts(&ns, "ops", "crashed", 4, 2);
+    let crashed_identity = crashed_opts.identity.clone();
+    let kubeconfig = env.kubeconfig().to_path_buf();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let client = trainforge_testenv::kubeconfig::client(&kubeconfig)
+                .await
+                .unwrap();
+            let le = LeaderElection::start(client, crashed_opts, CancellationToken::new())
+                .await
+                .unwrap();
+            assert!(le.acquired().await);
+            std::mem::forget(le);
+        });
+        // Dropping the runtime kills the election task without a release.
+        drop(rt);
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        holder(&client, &ns, "ops").await.as_deref(),
+        Some(crashed_identity.as_str())
+    );
+
+    let t = Instant::now();
+    let standby = LeaderElection::start(
+        client.clone(),
+        opts(&ns, "ops", "standby", 4, 2),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(!standby.is_leader());
+    assert!(
+        tokio::time::timeout(Duration::from_secs(20), standby.acquired())
+            .await
+            .unwrap()
+    );
+    figure(&format!(
+        "takeover after a crash: {:?} (lease 4 s)",
+        t.elapsed()
+    ));
+    assert_eq!(
+        holder(&client, &ns, "ops").await.as_deref(),
+        Some(standby.identity())
+    );
+    standby.release().await.unwrap();
+}
+
+/// Kills the operator child if the test ends early.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_exits_non_zero_when_its_lease_is_taken() {
+    let Some(env) = env() else { return };
+    let client = env.client().await.unwrap();
+    let ns = env.create_namespace("leader-lost").await.unwrap();
+    let log = env.dir().join(format!("logs/{ns}-operator.log"));
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    let out = std::fs::File::create(&log).unwrap();
+    let mut child = Child(
+        std::process::Command::new(env!("CARGO_BIN_EXE_trainforge"))
+            .args([
+                "operator",
+                "--leader-elect",
+                "--lease-namespace",
+                &ns,
+                "--metrics-bind-address",
+                "0",
+                "--health-probe-bind-address",
+                "0",
+            ])
+            .env("KUBECONFIG", env.kubeconfig())
+            .env("POD_NAME", "victim")
+            .env("RUST_LOG", "info,kube=warn")
+            .env("TRAINFORGE_LOG_FORMAT", "text")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap(),
+    );
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    // It takes the Lease (its identity is `victim_<suffix>`).
+    let leases = Api::<Lease>::namespaced(client.clone(), &ns);
+    let start = Instant::now();
+    while !holder(&client, &ns, "trainforge-operator")
+        .await
+        .is_some_and(|h| h.starts_with("victim_"))
+    {
+        assert!(
+            child.0.try_wait().unwrap().is_none(),
+            "operator exited early:\n{}",
+            log_text()
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never leader:\n{}",
+            log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Another holder takes it over (as after a partition: fresh renewal,
+    // long duration).
+    let now = k8s_openapi::jiff::Timestamp::now();
+    leases
+        .patch(
+            "trainforge-operator",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "holderIdentity": "thief",
+                "acquireTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(now),
+                "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(now),
+                "leaseDurationSeconds": 300,
+            }})),
+        )
+        .await
+        .unwrap();
+    let stolen = Instant::now();
+
+    // The holder notices at its next renewal (10 s after the last) and the
+    // process ends with an error.
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            stolen.elapsed() < Duration::from_secs(60),
+            "still running 60 s after losing the Lease:\n{}",
+            log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    figure(&format!(
+        "operator exited {:?} after losing the Lease ({status})",
+        stolen.elapsed()
+    ));
+    assert!(!status.success(), "exit status {status}:\n{}", log_text());
+    assert_eq!(status.code(), Some(1), "{}", log_text());
+    let text = log_text();
+    assert!(text.contains("lost the Lease"), "{text}");
+    assert!(
+        text.contains("lost the leader-election Lease"),
+        "the error is printed: {text}"
+    );
+    assert_eq!(
+        holder(&client, &ns, "trainforge-operator").await.as_deref(),
+        Some("thief"),
+        "the exiting operator did not clear the new holder's Lease"
+    );
+}

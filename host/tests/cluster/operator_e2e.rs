@@ -1,0 +1,819 @@
+//! The operator end to end on the full control plane (etcd, kube-apiserver,
+//! controller-manager, scheduler, JobSet, kwok): one `trainforge operator`
+//! process serves every test of this file, each in its own namespace.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::operator_common::*;
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+use trainforge_testenv::{FAIL_POD_LABEL, Mode, TestEnv};
+
+const TIMEOUT: Duration = Duration::from_secs(180);
+const JOBSET: &str = "jobset.x-k8s.io/v1alpha2";
+
+/// The environment and the operator, started once; plugins and shipped
+/// runtimes installed.
+async fn setup() -> Option<(&'static TestEnv, &'static Operator, kube::Client)> {
+    let env = trainforge_testenv::require!(Mode::Full)?;
+    static OP: OnceLock<Operator> = OnceLock::new();
+    static INSTALLED: OnceCell<()> = OnceCell::const_new();
+    let client = env.client().await.unwrap();
+    INSTALLED
+        .get_or_init(|| async {
+            apply_default_plugins(&client).await;
+            for f in ["torch-distributed.yaml", "deepspeed-distributed.yaml"] {
+                for d in docs(&root().join("api/tests/fixtures/upstream").join(f), None) {
+                    apply(&client, &d).await;
+                }
+            }
+        })
+        .await;
+    let op = OP.get_or_init(|| Operator::start(env, "operator-e2e", &["--resync-seconds", "30"]));
+    op.wait_ready().await;
+    Some((env, op, client))
+}
+
+/// runtimePatches adding pod labels/annotations to the `node` job.
+fn node_pod_patch(labels: Value, annotations: Value) -> Value {
+    json!([{ "manager": "e2e.example.com/test", "trainingRuntimeSpec": { "template": { "spec": { "replicatedJobs": [
+        { "name": "node", "template": { "spec": { "template": { "metadata": {
+            "labels": labels, "annotations": annotations } } } } }
+    ] } } } }])
+}
+
+/// Pods that keep running (kwok fails them only after 10 minutes).
+fn long_running() -> Value {
+    node_pod_patch(
+        json!({ FAIL_POD_LABEL: "true" }),
+        json!({ format!("{FAIL_POD_LABEL}/delay"): "600s", format!("{FAIL_POD_LABEL}/jitter-delay"): "600s" }),
+    )
+}
+
+async fn wait_condition(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    kind: &str,
+    op: &Operator,
+) -> Value {
+    let start = std::time::Instant::now();
+    loop {
+        let tj = trainjob(client, ns, name).await;
+        if let Some(tj) = tj.as_ref().filter(|t| is_true(t, kind)) {
+            return tj.clone();
+        }
+        if start.elapsed() > TIMEOUT {
+            panic!(
+                "TrainJob {ns}/{name} not {kind} after {TIMEOUT:?}; status: {:?}\noperator log:\n{}",
+                tj.and_then(|t| t.get("status").cloned()),
+                op.log_tail(40)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn torch_trainjob_runs_to_complete_with_jobs_status() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-complete").await.unwrap();
+    let tj = trainjob_object(
+        &ns,
+        "llm",
+        "torch-distributed",
+        json!({"trainer": {"numNodes": 2}}),
+    );
+    apply(&client, &tj).await;
+    let done = wait_condition(&client, &ns, "llm", "Complete", op).await;
+    let c = condition(&done, "Complete").unwrap();
+    assert_eq!(c["reason"], "AllJobsCompleted", "{c}");
+    let jobs = done
+        .pointer("/status/jobsStatus")
+        .and_then(Value::as_array)
+        .unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0]["name"], "node");
+    assert_eq!(
+        jobs[0]["succeeded"], 1,
+        "one Job of the node replicated job succeeded: {jobs:?}"
+    );
+
+    let js = get(&client, JOBSET, "JobSet", Some(&ns), "llm")
+        .await
+        .unwrap();
+    let owner = &js["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "TrainJob");
+    assert_eq!(owner["controller"], true);
+    assert_eq!(owner["uid"], done["metadata"]["uid"]);
+    let managers: Vec<&str> = js["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["manager"].as_str())
+        .collect();
+    assert!(
+        managers.contains(&"trainer"),
+        "field manager trainer: {managers:?}"
+    );
+    let env_names: Vec<&str> = js
+        .pointer("/spec/replicatedJobs/0/template/spec/template/spec/containers/0/env")
+        .and_then(Value::as_array)
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    for want in [
+        "PET_NNODES",
+        "PET_NPROC_PER_NODE",
+        "PET_NODE_RANK",
+        "PET_MASTER_ADDR",
+        "PET_MASTER_PORT",
+    ] {
+        assert!(env_names.contains(&want), "{want} in {env_names:?}");
+    }
+    let snap = get(
+        &client,
+        "v1",
+        "ConfigMap",
+        Some(&ns),
+        "llm-runtime-snapshot",
+    )
+    .await
+    .unwrap();
+    let yaml = snap["data"]["runtime"].as_str().unwrap();
+    assert!(
+        yaml.contains("kind: ClusterTrainingRuntime") && yaml.contains("name: torch-distributed"),
+        "{yaml}"
+    );
+}
+
+#[tokio::test]
+async fn failing_pod_fails_the_trainjob_with_the_jobset_reason() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-fail").await.unwrap();
+    // No pod retries, so the Job (and the JobSet) fails with the first pod.
+    let mut runtime = docs(
+        &root().join("api/tests/fixtures/upstream/torch-distributed.yaml"),
+        None,
+    )
+    .remove(0);
+    runtime["kind"] = json!("TrainingRuntime");
+    runtime["metadata"] = json!({"name": "no-retries", "namespace": ns});
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] =
+        json!(0);
+    apply(&client, &runtime).await;
+    let tj = trainjob_object(
+        &ns,
+        "bad",
+        "no-retries",
+        json!({"runtimeRef": {"name": "no-retries", "kind": "TrainingRuntime"},
+               "runtimePatches": node_pod_patch(json!({ FAIL_POD_LABEL: "true" }), json!({}))}),
+    );
+    apply(&client, &tj).await;
+    let failed = wait_condition(&client, &ns, "bad", "Failed", op).await;
+    let c = condition(&failed, "Failed").unwrap();
+    let js = get(&client, JOBSET, "JobSet", Some(&ns), "bad")
+        .await
+        .unwrap();
+    let js_failed = js["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .unwrap();
+    assert_eq!(
+        c["reason"], js_failed["reason"],
+        "reason copied from the JobSet"
+    );
+    assert_eq!(c["message"], js_failed["message"]);
+    assert!(!is_true(&failed, "Complete"));
+}
+
+#[tokio::test]
+async fn suspend_and_resume_are_followed_by_the_jobset() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-suspend").await.unwrap();
+    let mut tj = trainjob_object(&ns, "pause", "torch-distributed", json!({"suspend": true}));
+    apply(&client, &tj).await;
+    let suspended = wait_condition(&client, &ns, "pause", "Suspended", op).await;
+    assert_eq!(
+        condition(&suspended, "Suspended").unwrap()["reason"],
+        "Suspended"
+    );
+    let js = eventually("suspended JobSet", TIMEOUT, || async {
+        get(&client, JOBSET, "JobSet", Some(&ns), "pause").await
+    })
+    .await;
+    assert_eq!(js["spec"]["suspend"], true);
+
+    tj["spec"]["suspend"] = json!(false);
+    apply(&client, &tj).await;
+    eventually("JobSet resumed", TIMEOUT, || async {
+        let js = get(&client, JOBSET, "JobSet", Some(&ns), "pause").await?;
+        (js["spec"]["suspend"] == false).then_some(())
+    })
+    .await;
+    let resumed = eventually("Suspended=False/Resumed", TIMEOUT, || async {
+        let t = trainjob(&client, &ns, "pause").await?;
+        (condition(&t, "Suspended")?["reason"] == "Resumed").then_some(t)
+    })
+    .await;
+    assert_eq!(condition(&resumed, "Suspended").unwrap()["status"], "False");
+    wait_condition(&client, &ns, "pause", "Complete", op).await;
+}
+
+#[tokio::test]
+async fn active_deadline_fails_the_job_and_deletes_the_jobset() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-deadline").await.unwrap();
+    let tj = trainjob_object(
+        &ns,
+        "slow",
+        "torch-distributed",
+        json!({"activeDeadlineSeconds": 3, "runtimePatches": long_running()}),
+    );
+    apply(&client, &tj).await;
+    let failed = wait_condition(&client, &ns, "slow", "Failed", op).await;
+    let c = condition(&failed, "Failed").unwrap();
+    assert_eq!(c["reason"], "DeadlineExceeded");
+    assert_eq!(c["message"], "TrainJob exceeded its active deadline");
+    eventually("JobSet deleted after the deadline", TIMEOUT, || async {
+        get(&client, JOBSET, "JobSet", Some(&ns), "slow")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // Terminal: the JobSet is not re-created by later reconciles.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        get(&client, JOBSET, "JobSet", Some(&ns), "slow")
+            .await
+            .is_none()
+    );
+    assert_eq!(
+        condition(&trainjob(&client, &ns, "slow").await.unwrap(), "Failed").unwrap()["reason"],
+        "DeadlineExceeded"
+    );
+}
+
+#[tokio::test]
+async fn mpi_trainjob_gets_ssh_secret_and_hostfile() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-mpi").await.unwrap();
+    let tj = trainjob_object(
+        &ns,
+        "mpi",
+        "deepspeed-distributed",
+        json!({"trainer": {"numNodes": 2}}),
+    );
+    apply(&client, &tj).await;
+    let secret = eventually("MPI ssh Secret", TIMEOUT, || async {
+        get(&client, "v1", "Secret", Some(&ns), "mpi-mpi-ssh-auth").await
+    })
+    .await;
+    assert_eq!(secret["type"], "kubernetes.io/ssh-auth");
+    assert_eq!(secret["immutable"], true);
+    assert!(
+        secret["data"]["ssh-privatekey"].is_string() && secret["data"]["ssh-publickey"].is_string()
+    );
+    let hostfile = get(&client, "v1", "ConfigMap", Some(&ns), "mpi-mpi-hostfile")
+        .await
+        .unwrap();
+    let text = hostfile["data"]["hostfile"].as_str().unwrap();
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(text.starts_with("mpi-node-0-0.mpi slots="), "{text}");
+    // The key is generated once: a later reconcile keeps the same Secret.
+    let uid = secret["metadata"]["uid"].clone();
+    let done = wait_condition(&client, &ns, "mpi", "Complete", op).await;
+    assert!(
+        done["status"]["jobsStatus"]
+            .as_array()
+            .is_some_and(|j| j.len() == 2),
+        "launcher + node"
+    );
+    let again = get(&client, "v1", "Secret", Some(&ns), "mpi-mpi-ssh-auth")
+        .await
+        .unwrap();
+    assert_eq!(again["metadata"]["uid"], uid);
+}
+
+#[tokio::test]
+async fn coscheduling_runtime_produces_the_podgroup() {
+    let Some((env, _op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-gang").await.unwrap();
+    let mut runtime = docs(
+        &root().join("api/tests/fixtures/upstream/torch-distributed.yaml"),
+        None,
+    )
+    .remove(0);
+    runtime["kind"] = json!("TrainingRuntime");
+    runtime["metadata"] = json!({"name": "torch-gang", "namespace": ns});
+    runtime["spec"]["podGroupPolicy"] = json!({"coscheduling": {"scheduleTimeoutSeconds": 120}});
+    apply(&client, &runtime).await;
+    let tj = trainjob_object(
+        &ns,
+        "gang",
+        "torch-gang",
+        json!({"runtimeRef": {"name": "torch-gang", "kind": "TrainingRuntime"}, "trainer": {"numNodes": 2}}),
+    );
+    apply(&client, &tj).await;
+    let pg = eventually("PodGroup", TIMEOUT, || async {
+        get(
+            &client,
+            "scheduling.x-k8s.io/v1alpha1",
+            "PodGroup",
+            Some(&ns),
+            "gang",
+        )
+        .await
+    })
+    .await;
+    assert_eq!(pg["spec"]["minMember"], 2);
+    assert_eq!(pg["spec"]["scheduleTimeoutSeconds"], 120);
+    assert_eq!(pg["metadata"]["ownerReferences"][0]["name"], "gang");
+    let js = get(&client, JOBSET, "JobSet", Some(&ns), "gang")
+        .await
+        .unwrap();
+    assert_eq!(
+        js.pointer("/spec/replicatedJobs/0/template/spec/template/metadata/labels/scheduling.x-k8s.io~1pod-group"),
+        Some(&json!("gang"))
+    );
+}
+
+#[tokio::test]
+async fn deleting_the_trainjob_garbage_collects_everything() {
+    let Some((env, _op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-gc").await.unwrap();
+    let tj = trainjob_object(
+        &ns,
+        "gone",
+        "deepspeed-distributed",
+        json!({"suspend": true}),
+    );
+    apply(&client, &tj).await;
+    for (api, kind, name) in [
+        (JOBSET, "JobSet", "gone"),
+        ("v1", "ConfigMap", "gone-runtime-snapshot"),
+        ("v1", "ConfigMap", "gone-mpi-hostfile"),
+        ("v1", "Secret", "gone-mpi-ssh-auth"),
+    ] {
+        eventually(&format!("{kind} {name}"), TIMEOUT, || async {
+            get(&client, api, kind, Some(&ns), name).await
+        })
+        .await;
+    }
+    delete(
+        &client,
+        "trainer.kubeflow.org/v1alpha1",
+        "TrainJob",
+        Some(&ns),
+        "gone",
+    )
+    .await;
+    for (api, kind, name) in [
+        (JOBSET, "JobSet", "gone"),
+        ("v1", "ConfigMap", "gone-runtime-snapshot"),
+        ("v1", "ConfigMap", "gone-mpi-hostfile"),
+        ("v1", "Secret", "gone-mpi-ssh-auth"),
+    ] {
+        eventually(&format!("{kind} {name} collected"), TIMEOUT, || async {
+            get(&client, api, kind, Some(&ns), name)
+                .await
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn hand_edits_of_owned_fields_are_restored_and_others_kept() {
+    let Some((env, _op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-ssa").await.unwrap();
+    // Suspended: the JobSet is re-rendered on every reconcile (not frozen).
+    let tj = trainjob_object(&ns, "owned", "torch-distributed", json!({"suspend": true}));
+    apply(&client, &tj).await;
+    let js = eventually("JobSet", TIMEOUT, || async {
+        get(&client, JOBSET, "JobSet", Some(&ns), "owned").await
+    })
+    .await;
+    assert_eq!(js["spec"]["suspend"], true);
+    // Someone flips a field the operator owns, and adds a label it does not own.
+    let edit = json!({"apiVersion": JOBSET, "kind": "JobSet",
+        "metadata": {"name": "owned", "namespace": ns, "labels": {"team": "blue"}},
+        "spec": {"suspend": false}});
+    let mut api_edit = edit.clone();
+    api_edit["metadata"]["namespace"] = json!(ns);
+    let api = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        client.clone(),
+        &ns,
+        &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "jobset.x-k8s.io",
+            "v1alpha2",
+            "JobSet",
+        )),
+    );
+    api.patch(
+        "owned",
+        &kube::api::PatchParams::apply("someone-else").force(),
+        &kube::api::Patch::Apply(&api_edit),
+    )
+    .await
+    .unwrap();
+    let restored = eventually("suspend restored by the operator", TIMEOUT, || async {
+        let js = get(&client, JOBSET, "JobSet", Some(&ns), "owned").await?;
+        (js["spec"]["suspend"] == true).then_some(js)
+    })
+    .await;
+    assert_eq!(
+        restored["metadata"]["labels"]["team"], "blue",
+        "a field the operator does not own is left alone"
+    );
+}
+
+#[tokio::test]
+async fn trainjob_managed_by_another_controller_is_left_alone() {
+    let Some((env, _op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-managed").await.unwrap();
+    let tj = trainjob_object(
+        &ns,
+        "kueue",
+        "torch-distributed",
+        json!({"managedBy": "kueue.x-k8s.io/multikueue"}),
+    );
+    apply(&client, &tj).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        get(&client, JOBSET, "JobSet", Some(&ns), "kueue")
+            .await
+            .is_none()
+    );
+    assert!(
+        get(
+            &client,
+            "v1",
+            "ConfigMap",
+            Some(&ns),
+            "kueue-runtime-snapshot"
+        )
+        .await
+        .is_none()
+    );
+    let t = trainjob(&client, &ns, "kueue").await.unwrap();
+    assert!(
+        t.pointer("/status/conditions").is_none(),
+        "{:?}",
+        t.get("status")
+    );
+}
+
+#[tokio::test]
+async fn missing_runtime_is_an_event_and_later_creation_recovers() {
+    let Some((env, _op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-missing").await.unwrap();
+    // Admission refuses this TrainJob; what the controller does when it got
+    // past admission anyway is under test, so the webhooks skip the namespace.
+    bypass_admission(&client, &ns).await;
+    let tj = trainjob_object(
+        &ns,
+        "orphan",
+        "later",
+        json!({"runtimeRef": {"name": "later", "kind": "TrainingRuntime"}, "suspend": true}),
+    );
+    apply(&client, &tj).await;
+    let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
+    let ev = eventually("TrainJobResourcesCreationFailed Event", TIMEOUT, || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("TrainJobResourcesCreationFailed"))
+    })
+    .await;
+    let note = ev.note.unwrap_or_default();
+    assert!(
+        note.starts_with("TrainJob resources reconciliation failed: TrainingRuntime specified in TrainJob is not found"),
+        "{note}"
+    );
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    // Creating the runtime lets the retry succeed.
+    let mut runtime = docs(
+        &root().join("api/tests/fixtures/upstream/torch-distributed.yaml"),
+        None,
+    )
+    .remove(0);
+    runtime["kind"] = json!("TrainingRuntime");
+    runtime["metadata"] = json!({"name": "later", "namespace": ns});
+    apply(&client, &runtime).await;
+    eventually("JobSet after the runtime appeared", TIMEOUT, || async {
+        get(&client, JOBSET, "JobSet", Some(&ns), "orphan").await
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_snapshot_keeps_a_running_job_on_its_original_runtime() {
+    let Some((env, _op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-snapshot").await.unwrap();
+    let mut runtime = docs(
+        &root().join("api/tests/fixtures/upstream/torch-distributed.yaml"),
+        None,
+    )
+    .remove(0);
+    runtime["kind"] = json!("TrainingRuntime");
+    runtime["metadata"] = json!({"name": "pinned", "namespace": ns});
+    runtime["spec"]["template"]["metadata"] = json!({"labels": {"version": "one"}});
+    apply(&client, &runtime).await;
+    let tj = trainjob_object(
+        &ns,
+        "snap",
+        "pinned",
+        json!({"runtimeRef": {"name": "pinned", "kind": "TrainingRuntime"}, "suspend": true}),
+    );
+    apply(&client, &tj).await;
+    let js = eventually("JobSet", TIMEOUT, || async {
+        get(&client, JOBSET, "JobSet", Some(&ns), "snap").await
+    })
+    .await;
+    assert_eq!(js["metadata"]["labels"]["version"], "one");
+    runtime["spec"]["template"]["metadata"] = json!({"labels": {"version": "two"}});
+    apply(&client, &runtime).await;
+    let mut tj = tj;
+    tj["spec"]["suspend"] = json!(false);
+    apply(&client, &tj).await;
+    eventually("JobSet resumed", TIMEOUT, || async {
+        let js = get(&client, JOBSET, "JobSet", Some(&ns), "snap").await?;
+        (js["spec"]["suspend"] == false).then_some(())
+    })
+    .await;
+    let js = get(&client, JOBSET, "JobSet", Some(&ns), "snap")
+        .await
+        .unwrap();
+    assert_eq!(
+        js["metadata"]["labels"]["version"], "one",
+        "the runtime edit did not reach the running job"
+    );
+}
+
+#[tokio::test]
+async fn unsupported_runtime_kind_fails_with_upstreams_condition() {
+    let Some((env, _op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-kind").await.unwrap();
+    // Admission refuses this TrainJob; what the controller does when it got
+    // past admission anyway is under test, so the webhooks skip the namespace.
+    bypass_admission(&client, &ns).await;
+    let tj = trainjob_object(
+        &ns,
+        "odd",
+        "torch-distributed",
+        json!({"runtimeRef": {"name": "torch-distributed", "kind": "PyTorchJob", "apiGroup": "kubeflow.org"}}),
+    );
+    apply(&client, &tj).await;
+    let failed = eventually("Failed/TrainingRuntimeNotSupported", TIMEOUT, || async {
+        let t = trainjob(&client, &ns, "odd").await?;
+        is_true(&t, "Failed").then_some(t)
+    })
+    .await;
+    let c = condition(&failed, "Failed").unwrap();
+    assert_eq!(c["reason"], "TrainingRuntimeNotSupported");
+    assert_eq!(c["message"], "unsupported runtime: PyTorchJob.kubeflow.org");
+    assert!(
+        get(&client, JOBSET, "JobSet", Some(&ns), "odd")
+            .await
+            .is_none()
+    );
+    let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
+    let ev = eventually("TrainingRuntimeNotSupported Event", TIMEOUT, || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("TrainingRuntimeNotSupported"))
+    })
+    .await;
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+}
+
+/// A client that knows only the newer API (as Kueue does): it reads the
+/// TrainJob, keeps only the fields upstream v2.3 has, adds its own runtime
+/// patch, unsuspends and writes the whole object back (retrying conflicts).
+async fn rewrite_with_newer_types(client: &kube::Client, ns: &str, name: &str) {
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "trainer.kubeflow.org",
+            "v1alpha1",
+            "TrainJob",
+        )),
+    );
+    for _ in 0..20 {
+        let mut tj = serde_json::to_value(api.get(name).await.unwrap()).unwrap();
+        let spec = tj["spec"].as_object_mut().unwrap();
+        spec.retain(|k, _| {
+            [
+                "runtimeRef",
+                "initializer",
+                "trainer",
+                "runtimePatches",
+                "suspend",
+                "managedBy",
+                "activeDeadlineSeconds",
+            ]
+            .contains(&k.as_str())
+        });
+        spec.insert("suspend".into(), json!(false));
+        let patches = spec
+            .entry("runtimePatches")
+            .or_insert_with(|| json!([]))
+            .as_array_mut()
+            .unwrap();
+        patches.push(json!({"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {
+            "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+                "nodeSelector": {"kueue-flavor": "f1"}}}}}}]}}}}));
+        let obj: kube::api::DynamicObject = serde_json::from_value(tj).unwrap();
+        match api
+            .replace(name, &kube::api::PostParams::default(), &obj)
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("rewriting {ns}/{name}: {e}"),
+        }
+    }
+    panic!("rewriting {ns}/{name}: too many conflicts");
+}
+
+#[tokio::test]
+async fn v21_fields_survive_a_client_with_only_the_newer_types() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-v21").await.unwrap();
+    let patches = long_running();
+    let spec = json!({
+        "suspend": true,
+        "trainer": {"numNodes": 1},
+        "labels": {"team": "a"},
+        "annotations": {"note": "from-v21"},
+        "podTemplateOverrides": [{
+            "targetJobs": [{"name": "node"}],
+            "metadata": {"labels": {"pod-team": "a"}},
+            "spec": {"nodeSelector": {"zone": "z1"},
+                     "containers": [{"name": "node", "env": [{"name": "FROM_V21", "value": "1"}]}]}
+        }],
+        "runtimePatches": patches,
+    });
+    apply(
+        &client,
+        &trainjob_object(&ns, "old", "torch-distributed", spec),
+    )
+    .await;
+
+    // The operator moves the fields into a runtime patch of its own, first.
+    let converted = eventually("the v2.1 fields converted", TIMEOUT, || async {
+        let tj = trainjob(&client, &ns, "old").await?;
+        let s = &tj["spec"];
+        let done = s.get("labels").is_none()
+            && s.get("annotations").is_none()
+            && s.get("podTemplateOverrides").is_none();
+        done.then_some(tj)
+    })
+    .await;
+    let managers: Vec<&str> = converted["spec"]["runtimePatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["manager"].as_str())
+        .collect();
+    assert_eq!(
+        managers,
+        ["trainer.kubeflow.org/v2.1-fields", "e2e.example.com/test"],
+        "{}",
+        op.log_tail(20)
+    );
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(client.clone(), &ns);
+    eventually("the conversion Event", TIMEOUT, || async {
+        let list = events
+            .list(&kube::api::ListParams::default().fields("involvedObject.name=old"))
+            .await
+            .ok()?;
+        list.items
+            .iter()
+            .find(|e| e.reason.as_deref() == Some("DeprecatedFieldsConverted"))
+            .map(|e| {
+                let note = e.message.clone().unwrap_or_default();
+                for f in [
+                    "spec.labels",
+                    "spec.annotations",
+                    "spec.podTemplateOverrides",
+                ] {
+                    assert!(note.contains(f), "{note}");
+                }
+            })
+    })
+    .await;
+
+    // Kueue-like rewrite and admission: what the user asked for still applies.
+    rewrite_with_newer_types(&client, &ns, "old").await;
+    let js = eventually("the JobSet, unsuspended", TIMEOUT, || async {
+        let js = get(&client, JOBSET, "JobSet", Some(&ns), "old").await?;
+        (js["spec"]["suspend"] != json!(true)).then_some(js)
+    })
+    .await;
+    assert_eq!(js["metadata"]["labels"]["team"], "a", "{}", js["metadata"]);
+    assert_eq!(js["metadata"]["annotations"]["note"], "from-v21");
+    let pod = &js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"];
+    assert_eq!(pod["metadata"]["labels"]["pod-team"], "a", "{pod}");
+    assert_eq!(pod["spec"]["nodeSelector"]["zone"], "z1", "{pod}");
+    assert_eq!(pod["spec"]["nodeSelector"]["kueue-flavor"], "f1", "{pod}");
+    let env: Vec<&str> = pod["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(env.contains(&"FROM_V21"), "{env:?}");
+    assert!(env.contains(&"PET_NNODES"), "{env:?}");
+}
+
+#[tokio::test]
+async fn trainer_vars_set_by_the_user_are_accepted_and_win() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-trainer-vars").await.unwrap();
+    let tj = trainjob_object(
+        &ns,
+        "mine",
+        "torch-distributed",
+        json!({"suspend": true, "trainer": {"numNodes": 2, "env": [
+            {"name": "TRAINER_JOB_ID", "value": "my-id"},
+            {"name": "TRAINER_NNODES", "value": "7"}
+        ]}}),
+    );
+    apply(&client, &tj).await;
+    let js = eventually("the JobSet", TIMEOUT, || async {
+        get(&client, JOBSET, "JobSet", Some(&ns), "mine").await
+    })
+    .await;
+    let env: Vec<(String, Value)> = js
+        .pointer("/spec/replicatedJobs/0/template/spec/template/spec/containers/0/env")
+        .and_then(Value::as_array)
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap().to_owned(), e["value"].clone()))
+        .collect();
+    let values = |n: &str| -> Vec<Value> {
+        env.iter()
+            .filter(|(k, _)| k == n)
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    assert_eq!(values("TRAINER_JOB_ID"), [json!("my-id")], "{env:?}");
+    assert_eq!(values("TRAINER_NNODES"), [json!("7")], "{env:?}");
+    assert_eq!(
+        values("TRAINER_NODE_0_HOSTNAME").len(),
+        1,
+        "ours stay: {env:?}"
+    );
+    assert_eq!(values("PET_NNODES"), [json!("2")], "{env:?}");
+    let tj = trainjob(&client, &ns, "mine").await.unwrap();
+    for c in ["Failed", "Blocked"] {
+        assert!(
+            !is_true(&tj, c),
+            "{c}: {}\n{}",
+            tj["status"],
+            op.log_tail(20)
+        );
+    }
+}

@@ -1,0 +1,1053 @@
+//! Adversarial suite of the plugin runtime: hostile components (the
+//! `guests/hostile` fixture, declaring whatever each test patches into it)
+//! attack every containment rule, and are stopped or refused with the right
+//! reason in bounded time, while a well-behaved plugin called right after
+//! still answers correctly.
+//!
+//! Classes: identity (1), reads (2), kinds (3), names and ownership (4), pod
+//! content (5), time and memory (6), declarations (7), bounded outputs (8).
+//! The same rules on the real control plane: `containment_e2e.rs`; through
+//! `trainforge plugin run`: `plugin_cli.rs`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::plugin_common::*;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use trainforge::plugin::{
+    CompileLimits, Compiler, Error, FailurePolicy, Grants, Limits, LoadedPlugin, Owner, PhaseInput,
+    PluginRuntime, PluginSet, PluginSource, ReconcileOutput, RuntimeConfig, StaticObjects, bounded,
+    record_host_inputs, sha256_hex,
+};
+use trainforge_api::plugin::KindRef;
+
+// ---------------------------------------------------------------- helpers
+
+/// How long a bounded attack may take, wall clock: far below what each
+/// would take unbounded (the hostile guest sleeps 60-120 s, loops forever,
+/// compiles for minutes), and far above the scheduling noise of a loaded
+/// 2-core CI machine running many tests at once. A deadline that holds ends
+/// these calls within a second or so.
+const BOUNDED: Duration = Duration::from_secs(15);
+
+fn objects() -> StaticObjects {
+    let mut o = StaticObjects::default();
+    for obj in [
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds", "namespace": "team"}, "data": {"k": "c2VjcmV0"}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds", "namespace": "kube-system"}, "data": {"k": "cm9vdA=="}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other", "namespace": "victim"}, "data": {"k": "v"}}),
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}}),
+    ] {
+        o.insert(&obj);
+    }
+    o
+}
+
+/// A hostile source declaring `descriptor` (`None`: the default one), with
+/// `config` as its plugin configuration.
+fn source(descriptor: Option<Value>, config: Value) -> PluginSource {
+    let bytes = match descriptor {
+        Some(d) => hostile_declaring(&d),
+        None => hostile_bytes(),
+    };
+    let mut src = PluginSource::new("hostile.wasm", bytes);
+    src.config = config.to_string();
+    src.objects = Arc::new(objects());
+    src
+}
+
+fn load(rt: &PluginRuntime, descriptor: Option<Value>, config: Value) -> LoadedPlugin {
+    rt.load(source(descriptor, config)).unwrap()
+}
+
+fn input() -> PhaseInput {
+    PhaseInput {
+        trainjob: trainjob().to_string(),
+        info: serde_json::to_string(&info()).unwrap(),
+    }
+}
+
+fn owner() -> Owner {
+    Owner::from_stored(&trainjob()).unwrap()
+}
+
+fn pipeline(plugins: Vec<LoadedPlugin>) -> Result<ReconcileOutput, Error> {
+    PluginSet::new(plugins)?.reconcile(&trainjob(), &info())
+}
+
+/// The well-behaved plugin, run through the full pipeline after an attack.
+fn assert_good_plugin_still_works(rt: &PluginRuntime) {
+    let bytes = std::fs::read(minimal_wasm()).unwrap();
+    let good = rt.load(PluginSource::new("minimal.wasm", bytes)).unwrap();
+    let out = pipeline(vec![good]).unwrap();
+    assert_eq!(out.objects.len(), 1);
+    assert_eq!(out.objects[0]["metadata"]["name"], "job-minimal");
+    assert_eq!(out.objects[0]["metadata"]["namespace"], "team");
+    let env = &out
+        .info
+        .pod_set("node")
+        .unwrap()
+        .container("node")
+        .unwrap()
+        .env;
+    assert_eq!(env[0].name, "MINIMAL_GREETING");
+}
+
+/// Run one build attack; return the error and how long it took.
+fn attack(rt: &PluginRuntime, name: &str, limits: Option<Limits>) -> (Error, Duration) {
+    let mut src = source(None, json!({"attack": name}));
+    src.limits = limits;
+    let p = rt.load(src).unwrap();
+    let start = Instant::now();
+    let err = p
+        .build(&input(), &owner())
+        .expect_err(&format!("attack {name} must fail"));
+    let took = start.elapsed();
+    assert!(
+        err.to_string().contains("hostile"),
+        "error names the plugin: {err}"
+    );
+    (err, took)
+}
+
+fn cm(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}})
+}
+
+/// The result the `read` config reports through its ConfigMap.
+fn read(p: &LoadedPlugin) -> String {
+    let out = p.build(&input(), &owner()).unwrap();
+    out[0]["data"]["result"].as_str().unwrap().to_owned()
+}
+
+fn reads_descriptor(reads: Value) -> Value {
+    json!({"phases": ["build"], "emits": [["v1", "ConfigMap"]], "reads": reads})
+}
+
+fn read_config(api: &str, kind: &str, ns: &str, name: &str) -> Value {
+    json!({"read": {"apiVersion": api, "kind": kind, "namespace": ns, "name": name}})
+}
+
+// ---------------------------------------------------- the sandbox itself
+
+#[test]
+fn infinite_loop_times_out() {
+    let rt = short_deadline_runtime();
+    let (e, took) = attack(&rt, "loop", None);
+    assert!(matches!(e, Error::Timeout { .. }), "{e}");
+    assert!(took < BOUNDED, "stopped in {took:?}");
+    assert!(
+        took >= Duration::from_millis(250),
+        "not before the deadline: {took:?}"
+    );
+    assert_good_plugin_still_works(&rt);
+}
+
+#[test]
+fn infinite_loop_in_enforce_times_out() {
+    let rt = short_deadline_runtime();
+    let p = load(&rt, None, json!({"attack": "loop-enforce"}));
+    let e = pipeline(vec![p]).unwrap_err();
+    assert_eq!(e.reason(), "Timeout", "{e}");
+    assert_good_plugin_still_works(&rt);
+}
+
+#[test]
+fn unbounded_allocation_hits_memory_limit() {
+    let rt = short_deadline_runtime();
+    let (e, took) = attack(&rt, "alloc", None);
+    assert!(matches!(e, Error::MemoryLimit { .. }), "{e}");
+    assert!(took < BOUNDED, "{took:?}");
+    assert_good_plugin_still_works(&rt);
+}
+
+#[test]
+fn panic_is_a_trap_with_message() {
+    let rt = short_deadline_runtime();
+    let (e, _) = attack(&rt, "panic", None);
+    assert!(matches!(e, Error::Trap { .. }), "{e}");
+    assert!(
+        e.to_string().contains("panicked on purpose"),
+        "panic message captured: {e}"
+    );
+    assert_good_plugin_still_works(&rt);
+}
+
+#[test]
+fn hundred_megabytes_of_output_is_refused() {
+    let rt = short_deadline_runtime();
+    // With the default 64 MiB cap the guest cannot even build the string.
+    let (e, _) = attack(&rt, "huge-output", None);
+    assert_eq!(e.reason(), "MemoryLimit", "{e}");
+    // With room to build it, the output bound refuses it.
+    let roomy = Limits {
+        memory_bytes: 512 << 20,
+        timeout: Duration::from_secs(5),
+        ..Limits::default()
+    };
+    let (e, took) = attack(&rt, "huge-output", Some(roomy));
+    assert!(matches!(e, Error::InvalidOutput { .. }), "{e}");
+    assert!(e.to_string().contains("exceeds"), "{e}");
+    assert!(took < BOUNDED, "{took:?}");
+    assert_good_plugin_still_works(&rt);
+}
+
+#[test]
+fn invalid_json_is_invalid_output() {
+    let rt = short_deadline_runtime();
+    let (e, _) = attack(&rt, "invalid-json", None);
+    assert_eq!(e.reason(), "InvalidOutput", "{e}");
+    let p = load(&rt, None, json!({"attack": "bad-info"}));
+    let e = pipeline(vec![p]).unwrap_err();
+    assert_eq!(e.reason(), "InvalidOutput", "{e}");
+    let d = json!({"phases": ["status"], "emits": []});
+    let p = load(&rt, Some(d), json!({"attack": "bad-status"}));
+    let e = PluginSet::new(vec![p])
+        .unwrap()
+        .status(&trainjob(), &info())
+        .unwrap_err();
+    assert_eq!(e.reason(), "InvalidOutput", "{e}");
+    assert_good_plugin_still_works(&rt);
+}
+
+/// The guest reports what happened; "blocked" means the host denied it.
+fn assert_blocked(rt: &PluginRuntime, name: &str) {
+    let (e, _) = attack(rt, name, None);
+    match &e {
+        Error::Plugin { error, .. } => {
+            assert!(error.to_string().contains("blocked"), "{name}: {e}")
+        }
+        other => panic!("{name}: expected the guest to report a denial, got {other}"),
+    }
+}
+
+#[test]
+fn file_env_socket_clock_and_random_are_denied() {
+    let rt = short_deadline_runtime();
+    // random-bytes without declaring and being granted `random`.
+    for a in ["file", "env", "socket", "clock", "random"] {
+        assert_blocked(&rt, a);
+    }
+    assert_good_plugin_still_works(&rt);
+}
+
+#[test]
+fn corrupt_module_is_load_failed() {
+    let rt = short_deadline_runtime();
+    let mut bytes = std::fs::read(minimal_wasm()).unwrap();
+    let mid = bytes.len() / 2;
+    for b in &mut bytes[mid..mid + 64] {
+        *b = 0xff;
+    }
+    let e = rt
+        .load(PluginSource::new("corrupt.wasm", bytes))
+        .unwrap_err();
+    assert_eq!(e.reason(), "LoadFailed", "{e}");
+    assert!(e.to_string().contains("corrupt.wasm"), "{e}");
+    assert_good_plugin_still_works(&rt);
+}
+
+#[test]
+fn wrong_sha256_is_digest_mismatch() {
+    let rt = short_deadline_runtime();
+    let bytes = std::fs::read(minimal_wasm()).unwrap();
+    let mut src = PluginSource::new("minimal.wasm", bytes.clone());
+    src.sha256 = Some(sha256_hex(b"something else"));
+    let e = rt.load(src).unwrap_err();
+    assert!(matches!(e, Error::DigestMismatch { .. }), "{e}");
+    let mut src = PluginSource::new("minimal.wasm", bytes.clone());
+    src.sha256 = Some(format!("sha256:{}", sha256_hex(&bytes)));
+    rt.load(src).expect("the right digest loads");
+}
+
+#[test]
+fn incompatible_interface_version_is_refused() {
+    let rt = short_deadline_runtime();
+    let bytes = std::fs::read(incompatible_wasm()).unwrap();
+    let e = rt
+        .load(PluginSource::new("future.wasm", bytes))
+        .unwrap_err();
+    assert!(matches!(e, Error::IncompatibleInterface { .. }), "{e}");
+    assert!(e.to_string().contains("9.0.0"), "{e}");
+    assert_good_plugin_still_works(&rt);
+}
+
+#[test]
+fn concurrent_calls_are_isolated() {
+    let rt = Arc::new(short_deadline_runtime());
+    let looping = load(&rt, None, json!({"attack": "loop"}));
+    let t = std::thread::spawn(move || looping.build(&input(), &owner()).unwrap_err().reason());
+    assert_good_plugin_still_works(&rt);
+    assert_eq!(t.join().unwrap(), "Timeout");
+}
+
+// ------------------------------------------------------------ 1. identity
+
+#[test]
+fn a_phase_cannot_change_which_trainjob_it_acts_for() {
+    let rt = short_deadline_runtime();
+    for phase in ["enforce-ml-policy", "enforce-pod-spec", "pre-build"] {
+        for (pointer, value, field) in [
+            (
+                "/metadata/namespace",
+                json!("kube-system"),
+                "metadata.namespace",
+            ),
+            ("/metadata/name", json!("someone-else"), "metadata.name"),
+            ("/metadata/uid", json!("uid-2"), "metadata.uid"),
+            ("/kind", json!("ConfigMap"), "kind"),
+            ("/apiVersion", json!("v1"), "apiVersion"),
+        ] {
+            let cfg = json!({"set": [{"phase": phase, "target": "trainjob", "pointer": pointer, "value": value}],
+                "emit": [cm("x")]});
+            let e = pipeline(vec![load(&rt, None, cfg)]).unwrap_err();
+            assert_eq!(e.reason(), "IdentityChanged", "{phase} {pointer}: {e}");
+            assert!(
+                e.to_string().contains(field) && e.to_string().contains(phase),
+                "{e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn with_failure_policy_ignore_an_identity_change_is_dropped_not_applied() {
+    let rt = short_deadline_runtime();
+    let cfg = json!({"set": [{"phase": "enforce-ml-policy", "target": "trainjob",
+        "pointer": "/metadata/namespace", "value": "kube-system"}], "emit": [cm("x")]});
+    let mut src = source(None, cfg);
+    src.failure_policy = FailurePolicy::Ignore;
+    let out = pipeline(vec![rt.load(src).unwrap()]).unwrap();
+    assert_eq!(out.trainjob["metadata"]["namespace"], "team");
+    assert_eq!(out.objects[0]["metadata"]["namespace"], "team");
+    assert!(
+        out.warnings.iter().any(|w| w.contains("IdentityChanged")),
+        "{:?}",
+        out.warnings
+    );
+}
+
+#[test]
+fn emitted_objects_get_namespace_and_owner_from_the_stored_trainjob() {
+    let rt = short_deadline_runtime();
+    let out = pipeline(vec![load(&rt, None, json!({"emit": [cm("mine")]}))]).unwrap();
+    let meta = &out.objects[0]["metadata"];
+    assert_eq!(meta["namespace"], "team");
+    assert_eq!(
+        meta["ownerReferences"],
+        json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "job",
+            "uid": "uid-1", "controller": true, "blockOwnerDeletion": true}])
+    );
+}
+
+#[test]
+fn objects_elsewhere_or_owned_by_others_are_refused() {
+    let rt = short_deadline_runtime();
+    let foreign = |refs: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "ownerReferences": refs}});
+    for obj in [
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "kube-system"}}),
+        foreign(
+            json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "someone-elses-job", "uid": "other"}]),
+        ),
+        foreign(
+            json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "job", "uid": "forged"}]),
+        ),
+        foreign(
+            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "operator", "uid": "u"}]),
+        ),
+    ] {
+        let e = pipeline(vec![load(&rt, None, json!({"emit": [obj]}))]).unwrap_err();
+        assert_eq!(e.reason(), "ForbiddenObject", "{e}");
+    }
+}
+
+// --------------------------------------------------------------- 2. reads
+
+#[test]
+fn reads_of_secrets_need_an_explicit_grant() {
+    let rt = short_deadline_runtime();
+    let d = reads_descriptor(json!([["v1", "ConfigMap"], ["v1", "Secret"]]));
+    let e = rt.load(source(Some(d.clone()), json!({}))).unwrap_err();
+    assert_eq!(e.reason(), "ForbiddenKind", "{e}");
+    assert!(e.to_string().contains("allowedReads"), "{e}");
+    // Narrowed to ConfigMaps by the administrator: loads, and Secrets are denied.
+    let mut src = source(
+        Some(d.clone()),
+        read_config("v1", "Secret", "team", "creds"),
+    );
+    src.allowed_reads = Some(vec![KindRef::new("v1", "ConfigMap")]);
+    let r = read(&rt.load(src).unwrap());
+    assert!(r.starts_with("denied"), "{r}");
+}
+
+#[test]
+fn reads_stay_in_the_trainjob_namespace() {
+    let rt = short_deadline_runtime();
+    let d = reads_descriptor(json!([["v1", "ConfigMap"], ["v1", "Secret"]]));
+    let allowed = Some(vec![
+        KindRef::new("v1", "ConfigMap"),
+        KindRef::new("v1", "Secret"),
+    ]);
+    let run = |cfg: Value| {
+        let mut src = source(Some(d.clone()), cfg);
+        src.allowed_reads = allowed.clone();
+        read(&rt.load(src).unwrap())
+    };
+    let own = run(read_config("v1", "Secret", "team", "creds"));
+    assert!(
+        own.starts_with("found") && own.contains("c2VjcmV0"),
+        "{own}"
+    );
+    for (kind, ns, name) in [
+        ("Secret", "kube-system", "creds"),
+        ("ConfigMap", "victim", "other"),
+        ("Secret", "", "creds"),
+    ] {
+        let r = run(read_config("v1", kind, ns, name));
+        assert!(
+            r.starts_with("denied") && r.contains("namespace"),
+            "{kind} {ns}/{name}: {r}"
+        );
+        assert!(!r.contains("cm9vdA=="), "{r}");
+    }
+    let undeclared = run(read_config("v1", "Pod", "team", "x"));
+    assert!(undeclared.starts_with("denied"), "{undeclared}");
+    let mut flood = read_config("v1", "ConfigMap", "team", "none");
+    flood["read"]["times"] = json!(300);
+    let r = run(flood);
+    assert!(r.starts_with("denied") && r.contains("256"), "{r}");
+}
+
+#[test]
+fn cluster_scoped_reads_need_an_explicit_grant() {
+    let rt = short_deadline_runtime();
+    let d = reads_descriptor(json!([["v1", "Node"]]));
+    let e = rt.load(source(Some(d.clone()), json!({}))).unwrap_err();
+    assert_eq!(e.reason(), "ForbiddenKind", "{e}");
+    assert!(e.to_string().contains("cluster-scoped"), "{e}");
+    let mut src = source(Some(d), read_config("v1", "Node", "team", "node-1"));
+    src.allowed_reads = Some(vec![KindRef::new("v1", "Node")]);
+    let r = read(&rt.load(src).unwrap());
+    assert!(r.starts_with("found"), "{r}");
+}
+
+/// What a render took from outside its arguments decides whether the
+/// operator may reuse it: every object read (once, however often; reads the
+/// sandbox refused are not inputs), and random bytes or a granted clock
+/// (never reusable). A plugin cannot hide a read or its randomness, nor
+/// pin another thread's render.
+#[test]
+fn reads_random_and_clock_are_recorded_for_render_reuse() {
+    let rt = short_deadline_runtime();
+    let cm = |ns: &str, name: &str| {
+        (
+            KindRef::new("v1", "ConfigMap"),
+            ns.to_owned(),
+            name.to_owned(),
+        )
+    };
+    let d = reads_descriptor(json!([["v1", "ConfigMap"]]));
+
+    // Read 300 times (the sandbox serves 256 per call): one input.
+    let mut many = read_config("v1", "ConfigMap", "team", "settings");
+    many["read"]["times"] = json!(300);
+    let p = rt.load(source(Some(d.clone()), many)).unwrap();
+    let (answer, taken) = record_host_inputs(|| read(&p));
+    assert!(
+        answer.starts_with("denied") && answer.contains("256"),
+        "{answer}"
+    );
+    assert_eq!(
+        taken.reads.into_iter().collect::<Vec<_>>(),
+        [cm("team", "settings")]
+    );
+    assert!(!taken.opaque);
+
+    // An absent object is an input too (it may appear); a read of another
+    // namespace is refused and returns nothing: no input.
+    for (ns, name, answer_is, recorded) in [
+        ("team", "later", "absent", true),
+        ("victim", "other", "denied", false),
+    ] {
+        let p = rt
+            .load(source(
+                Some(d.clone()),
+                read_config("v1", "ConfigMap", ns, name),
+            ))
+            .unwrap();
+        let (answer, taken) = record_host_inputs(|| read(&p));
+        assert!(answer.starts_with(answer_is), "{ns}/{name}: {answer}");
+        let expected: Vec<_> = if recorded {
+            vec![cm(ns, name)]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(
+            taken.reads.into_iter().collect::<Vec<_>>(),
+            expected,
+            "{ns}/{name}"
+        );
+    }
+
+    // Nothing is recorded outside `record_host_inputs`, nor on another thread.
+    let p = Arc::new(
+        rt.load(source(
+            Some(d),
+            read_config("v1", "ConfigMap", "team", "settings"),
+        ))
+        .unwrap(),
+    );
+    let ((), taken) = record_host_inputs(|| {
+        let other = p.clone();
+        std::thread::spawn(move || read(&other)).join().unwrap();
+    });
+    assert!(taken.reads.is_empty(), "{:?}", taken.reads);
+
+    // Granted randomness and a granted clock make the render opaque; the
+    // same plugins without the grant are refused and take nothing.
+    for (capability, attack) in [("random", "random"), ("clock", "clock")] {
+        let d = json!({"phases": ["build"], "emits": [["v1", "ConfigMap"]], "capabilities": [capability]});
+        let mut src = source(Some(d), json!({"attack": attack}));
+        src.grants = Grants {
+            random: capability == "random",
+            clock: capability == "clock",
+            ..Grants::default()
+        };
+        let p = rt.load(src).unwrap();
+        let (out, taken) = record_host_inputs(|| p.build(&input(), &owner()));
+        let out = out.unwrap();
+        assert_eq!(out[0]["data"]["what"], attack, "{out:?}");
+        assert!(
+            taken.opaque,
+            "{capability}: a granted {attack} makes the render opaque"
+        );
+        let (e, taken) = record_host_inputs(|| attack_result(&rt, attack));
+        assert!(e.to_string().contains("blocked"), "{attack}: {e}");
+        assert!(!taken.opaque, "{attack} refused: nothing taken");
+    }
+}
+
+/// The error of build attack `name` by a plugin granted nothing.
+fn attack_result(rt: &PluginRuntime, name: &str) -> Error {
+    attack(rt, name, None).0
+}
+
+// --------------------------------------------------------------- 3. kinds
+
+#[test]
+fn declaring_kinds_outside_the_allow_list_refuses_the_plugin() {
+    let rt = short_deadline_runtime();
+    for (api, kind) in [
+        ("coordination.k8s.io/v1", "Lease"),
+        ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
+        ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"),
+        ("trainforge.dev/v1alpha1", "ClusterTrainerPlugin"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+        (
+            "admissionregistration.k8s.io/v1",
+            "ValidatingWebhookConfiguration",
+        ),
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+        ("v1", "Namespace"),
+        ("events.k8s.io/v1", "Event"),
+        ("v1", "Pod"),
+        ("v1", "ServiceAccount"),
+        ("apps/v1", "DaemonSet"),
+        ("example.com/v1", "ClusterQueue"),
+    ] {
+        let d = json!({"emits": [["v1", "ConfigMap"], [api, kind]]});
+        let e = rt.load(source(Some(d.clone()), json!({}))).unwrap_err();
+        assert_eq!(e.reason(), "ForbiddenKind", "{kind}: {e}");
+        assert!(e.to_string().contains(kind), "{e}");
+        // Narrowing it away by the administrator makes the plugin loadable.
+        let mut src = source(Some(d), json!({}));
+        src.allowed_emits = Some(vec![KindRef::new("v1", "ConfigMap")]);
+        rt.load(src).unwrap();
+    }
+}
+
+#[test]
+fn pods_and_other_explicit_kinds_load_only_when_the_administrator_lists_them() {
+    let rt = short_deadline_runtime();
+    let d = json!({"emits": [["v1", "ConfigMap"], ["v1", "Pod"]]});
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "node", "image": "busybox"}]}});
+    let mut src = source(Some(d), json!({"emit": [pod]}));
+    src.allowed_emits = Some(vec![
+        KindRef::new("v1", "ConfigMap"),
+        KindRef::new("v1", "Pod"),
+    ]);
+    let out = pipeline(vec![rt.load(src).unwrap()]).unwrap();
+    assert_eq!(out.objects[0]["kind"], "Pod");
+}
+
+#[test]
+fn undeclared_or_narrowed_kinds_are_refused_at_build() {
+    let rt = short_deadline_runtime();
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "trainforge-operator"}});
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "r"}});
+    for obj in [lease, secret, role] {
+        let e = pipeline(vec![load(&rt, None, json!({"emit": [obj]}))]).unwrap_err();
+        assert_eq!(e.reason(), "ForbiddenObject", "{e}");
+    }
+    // The administrator narrowed the JobSet away.
+    let jobset = json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "job"}});
+    let mut src = source(None, json!({"emit": [jobset]}));
+    src.allowed_emits = Some(vec![KindRef::new("v1", "ConfigMap")]);
+    let e = pipeline(vec![rt.load(src).unwrap()]).unwrap_err();
+    assert_eq!(e.reason(), "ForbiddenObject", "{e}");
+}
+
+// --------------------------------------------------- 4. names and ownership
+
+#[test]
+fn host_names_duplicates_tokens_finalizers_and_unnamed_objects_are_refused() {
+    let rt = short_deadline_runtime();
+    let secret_token = json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": "t", "annotations": {"kubernetes.io/service-account.name": "default"}}});
+    let d = json!({"emits": [["v1", "ConfigMap"], ["v1", "Secret"]]});
+    for (emit, reason, text) in [
+        (
+            json!([cm("job-runtime-snapshot")]),
+            "ForbiddenObject",
+            "snapshot",
+        ),
+        (
+            json!([cm("twice"), cm("twice")]),
+            "ForbiddenObject",
+            "already emitted",
+        ),
+        (json!([secret_token]), "ForbiddenObject", "token"),
+        (
+            json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "f", "finalizers": ["x.io/keep"]}}]),
+            "ForbiddenObject",
+            "finalizers",
+        ),
+        (
+            json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "many-"}}]),
+            "InvalidOutput",
+            "generateName",
+        ),
+    ] {
+        let e = pipeline(vec![load(&rt, Some(d.clone()), json!({"emit": emit}))]).unwrap_err();
+        assert_eq!(e.reason(), reason, "{e}");
+        assert!(e.to_string().contains(text), "{e}");
+    }
+}
+
+#[test]
+fn two_plugins_cannot_emit_the_same_object() {
+    let rt = short_deadline_runtime();
+    let a = load(
+        &rt,
+        Some(json!({"name": "first"})),
+        json!({"emit": [cm("shared")]}),
+    );
+    let b = load(
+        &rt,
+        Some(json!({"name": "second"})),
+        json!({"emit": [cm("shared")]}),
+    );
+    let e = pipeline(vec![a, b]).unwrap_err();
+    assert_eq!(e.reason(), "ForbiddenObject", "{e}");
+    assert!(
+        e.to_string().contains("second") && e.to_string().contains("first"),
+        "{e}"
+    );
+}
+
+// --------------------------------------------------------- 5. pod content
+
+/// Changes a plugin may not make without a grant: (target, pointer, value,
+/// the grant that allows it).
+fn privileged_changes() -> Vec<(&'static str, &'static str, Value, &'static str)> {
+    let pod = "/templateSpec/obj/replicatedJobs/0/template/spec/template/spec";
+    let leak = |s: &str| -> &'static str { Box::leak(format!("{pod}{s}").into_boxed_str()) };
+    vec![
+        (
+            "info",
+            leak("/containers/0/securityContext/privileged"),
+            json!(true),
+            "privileged",
+        ),
+        (
+            "info",
+            leak("/containers/0/securityContext/capabilities/add"),
+            json!(["SYS_ADMIN"]),
+            "capability=SYS_ADMIN",
+        ),
+        ("info", leak("/hostNetwork"), json!(true), "hostNamespaces"),
+        ("info", leak("/hostPID"), json!(true), "hostNamespaces"),
+        (
+            "info",
+            leak("/securityContext/seccompProfile"),
+            json!({"type": "Unconfined"}),
+            "privileged",
+        ),
+        (
+            "info",
+            leak("/securityContext/sysctls"),
+            json!([{"name": "kernel.msgmax", "value": "1"}]),
+            "privileged",
+        ),
+        (
+            "info",
+            leak("/serviceAccountName"),
+            json!("cluster-admin-sa"),
+            "serviceAccount=cluster-admin-sa",
+        ),
+        (
+            "info",
+            "/templateSpec/podSets/0/volumes",
+            json!([{"name": "root", "hostPath": {"path": "/"}}]),
+            "hostPath=/",
+        ),
+        (
+            "info",
+            "/templateSpec/podSets/0/containers/0/image",
+            json!("evil.example/miner:1"),
+            "image=evil.example/",
+        ),
+        (
+            "info",
+            "/templateSpec/podSets/0/containers/0/ports",
+            json!([{"containerPort": 22, "hostPort": 22}]),
+            "hostPorts",
+        ),
+        (
+            "trainjob",
+            "/spec/trainer/image",
+            json!("evil.example/miner:1"),
+            "image=evil.example/",
+        ),
+        (
+            "trainjob",
+            "/spec/runtimePatches",
+            json!([{"manager": "x", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": {"spec": {"hostIPC": true}}}}}]}}}}]),
+            "hostNamespaces",
+        ),
+    ]
+}
+
+#[test]
+fn pod_privileges_a_plugin_adds_are_refused_unless_granted() {
+    let rt = short_deadline_runtime();
+    for (target, pointer, value, grant) in privileged_changes() {
+        for phase in ["enforce-ml-policy", "pre-build"] {
+            let cfg = json!({"set": [{"phase": phase, "target": target, "pointer": pointer, "value": value}]});
+            let e = pipeline(vec![load(&rt, None, cfg.clone())]).unwrap_err();
+            assert_eq!(e.reason(), "PodSecurity", "{pointer}: {e}");
+            assert!(e.to_string().contains("grants.pod"), "{e}");
+            let mut src = source(None, cfg);
+            src.grants = Grants::from_names([grant]).0;
+            pipeline(vec![rt.load(src).unwrap()])
+                .unwrap_or_else(|e| panic!("{pointer} with {grant}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn emitted_pod_templates_are_held_to_the_same_rules() {
+    let rt = short_deadline_runtime();
+    let jobset = |spec: Value| {
+        json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "job"},
+            "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": spec}}}}]}})
+    };
+    let evil = jobset(
+        json!({"hostPID": true, "containers": [{"name": "node", "image": "busybox",
+        "securityContext": {"privileged": true}}], "volumes": [{"name": "r", "hostPath": {"path": "/"}}]}),
+    );
+    let e = pipeline(vec![load(&rt, None, json!({"emit": [evil]}))]).unwrap_err();
+    assert_eq!(e.reason(), "PodSecurity", "{e}");
+    // What the runtime already had (its image) is not the plugin's doing.
+    let plain = jobset(json!({"containers": [{"name": "node", "image": "busybox",
+        "securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE"]}}}]}));
+    pipeline(vec![load(&rt, None, json!({"emit": [plain]}))]).unwrap();
+}
+
+#[test]
+fn baseline_changes_need_no_grant() {
+    let rt = short_deadline_runtime();
+    let cfg = json!({"set": [
+        {"phase": "enforce-pod-spec", "target": "info", "pointer": "/templateSpec/podSets/0/volumes",
+         "value": [{"name": "cfg", "configMap": {"name": "job-minimal"}}]},
+        {"phase": "enforce-pod-spec", "target": "info", "pointer": "/templateSpec/podSets/0/containers/0/env",
+         "value": [{"name": "A", "value": "1"}]},
+        {"phase": "pre-build", "target": "info",
+         "pointer": "/templateSpec/obj/replicatedJobs/0/template/spec/template/spec/containers/0/securityContext",
+         "value": {"capabilities": {"add": ["NET_BIND_SERVICE"]}, "runAsNonRoot": true}},
+    ]});
+    pipeline(vec![load(&rt, None, cfg)]).unwrap();
+}
+
+// ---------------------------------------------------- 6. time and memory
+
+#[test]
+fn sleeping_ends_the_call_at_once() {
+    let rt = short_deadline_runtime();
+    let (e, took) = attack(&rt, "sleep", None);
+    assert_eq!(e.reason(), "Trap", "{e}");
+    assert!(e.to_string().contains("wait"), "{e}");
+    assert!(took < BOUNDED, "{took:?}");
+    let p = load(&rt, None, json!({"attack": "sleep-enforce"}));
+    let start = Instant::now();
+    let e = pipeline(vec![p]).unwrap_err();
+    assert_eq!(e.reason(), "Trap", "{e}");
+    assert!(start.elapsed() < BOUNDED);
+    assert_good_plugin_still_works(&rt);
+}
+
+#[test]
+fn describe_that_hangs_traps_or_hoards_is_a_bounded_load_failure() {
+    // A generous call deadline: describe still gets at most its own.
+    let rt = PluginRuntime::new(RuntimeConfig {
+        limits: Limits {
+            timeout: Duration::from_secs(30),
+            ..Limits::default()
+        },
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    for (how, reason) in [
+        ("loop", "Timeout"),
+        ("sleep", "Trap"),
+        ("trap", "Trap"),
+        ("alloc", "MemoryLimit"),
+    ] {
+        let start = Instant::now();
+        let e = rt
+            .load(source(Some(json!({"describe": how})), json!({})))
+            .unwrap_err();
+        let took = start.elapsed();
+        assert_eq!(e.reason(), reason, "{how}: {e}");
+        assert!(
+            took < trainforge::plugin::DESCRIBE_TIMEOUT + BOUNDED,
+            "{how} took {took:?}"
+        );
+    }
+    assert_good_plugin_still_works(&rt);
+}
+
+#[test]
+fn wasi_buffers_and_stderr_are_bounded() {
+    let rt = short_deadline_runtime();
+    let (e, took) = attack(&rt, "wasi-random-huge", None);
+    assert_eq!(e.reason(), "Trap", "{e}");
+    assert!(took < BOUNDED, "{took:?}");
+    let (e, _) = attack(&rt, "stderr-flood", None);
+    assert_eq!(e.reason(), "Trap", "{e}");
+    assert!(
+        e.to_string().len() < 4 * bounded::MAX_MESSAGE_BYTES,
+        "{}",
+        e.to_string().len()
+    );
+    assert_good_plugin_still_works(&rt);
+}
+
+fn child_compiler_runtime(
+    limits: CompileLimits,
+    cache_dir: Option<std::path::PathBuf>,
+) -> PluginRuntime {
+    PluginRuntime::new(RuntimeConfig {
+        compiler: Compiler::Subprocess {
+            program: env!("CARGO_BIN_EXE_trainforge").into(),
+            args: vec!["plugin".into(), "compile-worker".into()],
+        },
+        compile_limits: limits,
+        cache_dir,
+        limits: Limits {
+            timeout: Duration::from_millis(300),
+            ..Limits::default()
+        },
+        ..RuntimeConfig::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn compilation_is_bounded_in_time_and_memory_and_blocks_nobody() {
+    let slow = slow_to_compile_component(3000, 600);
+    assert!(slow.len() < 64 << 10, "small on disk: {} bytes", slow.len());
+    // Bounds a builtin-sized plugin compiles well within (~0.4 GB, a few
+    // seconds), and the crafted one does not (unbounded: minutes).
+    let limits = CompileLimits {
+        timeout: Duration::from_secs(30),
+        memory_bytes: 1 << 30,
+    };
+    let rt = Arc::new(child_compiler_runtime(limits, None));
+    let started = Instant::now();
+    let slow_load = {
+        let rt = rt.clone();
+        std::thread::spawn(move || rt.load(PluginSource::new("slow.wasm", slow)).map(|_| ()))
+    };
+    // Another plugin loads (compiles in its own child) while that runs.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_good_plugin_still_works(&rt);
+    let good_done = started.elapsed();
+    let e = slow_load.join().unwrap().unwrap_err();
+    let slow_done = started.elapsed();
+    assert_eq!(e.reason(), "CompileLimit", "{e}");
+    assert!(
+        e.to_string().contains("memory") || e.to_string().contains("did not finish"),
+        "{e}"
+    );
+    assert!(slow_done < limits.timeout + BOUNDED, "{slow_done:?}");
+    assert!(
+        good_done < slow_done,
+        "the good plugin was not held up: {good_done:?} vs {slow_done:?}"
+    );
+}
+
+#[test]
+fn refused_components_leave_nothing_in_the_caches() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = child_compiler_runtime(CompileLimits::default(), Some(dir.path().into()));
+    let bytes = hostile_declaring(&json!({"name": "Not A Label"}));
+    let digest = sha256_hex(&bytes);
+    let e = rt
+        .load(PluginSource::new("bad.wasm", bytes.clone()))
+        .unwrap_err();
+    assert_eq!(e.reason(), "InvalidDescriptor", "{e}");
+    assert!(!rt.is_cached(&digest), "refused component evicted");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "no artifact on disk"
+    );
+    // A good one stays cached.
+    let good = hostile_bytes();
+    rt.load(PluginSource::new("good.wasm", good.clone()))
+        .unwrap();
+    assert!(rt.is_cached(&sha256_hex(&good)));
+}
+
+// ----------------------------------------------------- 7. declarations
+
+#[test]
+fn descriptors_are_validated_and_bounded() {
+    let rt = short_deadline_runtime();
+    for (d, text) in [
+        (json!({"name": "x", "name_repeat": 300_000}), "DNS label"),
+        (json!({"name": "evil\n{\"level\":\"INFO\"}"}), "DNS label"),
+        (json!({"name": "jobset"}), "reserved"),
+        (json!({"name": "torch"}), "reserved"),
+        (json!({"generate_reads": 3000}), "reads"),
+        (json!({"version": "1.0\u{1b}[31m"}), "version"),
+        (json!({"policy_keys": ["spec.runtimeRef"]}), "policy key"),
+        (json!({"wit_version": "7.0.0"}), "WIT version"),
+    ] {
+        let start = Instant::now();
+        let e = rt.load(source(Some(d.clone()), json!({}))).unwrap_err();
+        assert!(e.to_string().contains(text), "{d}: {e}");
+        assert!(!e.to_string().contains('\n'), "{e:?}");
+        assert!(
+            e.to_string().len() < 2 * bounded::MAX_MESSAGE_BYTES,
+            "{}",
+            e.to_string().len()
+        );
+        assert!(start.elapsed() < BOUNDED);
+    }
+}
+
+// ------------------------------------------------------ 8. bounded outputs
+
+#[test]
+fn error_text_objects_and_warnings_are_bounded() {
+    let rt = short_deadline_runtime();
+    let (e, _) = attack(&rt, "huge-error", None);
+    assert_eq!(e.reason(), "PluginError", "{e}");
+    let text = e.to_string();
+    assert!(
+        text.len() < bounded::MAX_MESSAGE_BYTES + 200,
+        "{}",
+        text.len()
+    );
+    assert!(!text.contains('\n'), "no raw newline: {text}");
+    let (e, _) = attack(&rt, "many-objects", None);
+    assert_eq!(e.reason(), "InvalidOutput", "{e}");
+    assert!(e.to_string().contains("2000 objects"), "{e}");
+    let p = load(&rt, None, json!({"attack": "many-warnings"}));
+    let e = PluginSet::new(vec![p])
+        .unwrap()
+        .validate(&trainjob(), None, &info())
+        .unwrap_err();
+    assert_eq!(e.reason(), "InvalidOutput", "{e}");
+    let p = load(&rt, None, json!({"attack": "forged-warning"}));
+    let v = PluginSet::new(vec![p])
+        .unwrap()
+        .validate(&trainjob(), None, &info())
+        .unwrap();
+    assert_eq!(v.warnings, ["ok\\nWarning: forged second warning"]);
+}
+
+/// Captures the operator's log output (the `tracing` subscriber of the test
+/// thread).
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn plugin_log_lines_cannot_forge_or_flood_the_log() {
+    let rt = short_deadline_runtime();
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        load(&rt, None, json!({"attack": "log-forge"}))
+            .build(&input(), &owner())
+            .unwrap();
+        load(&rt, None, json!({"attack": "log-flood"}))
+            .build(&input(), &owner())
+            .unwrap();
+    });
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        text.contains("innocent\\n"),
+        "{}",
+        &text[..text.len().min(500)]
+    );
+    for line in text.lines() {
+        assert!(
+            !line.starts_with('{') && !line.contains("\u{1b}"),
+            "forged line: {line}"
+        );
+    }
+    assert!(
+        text.len() < Limits::default().max_log_bytes + 64 * 1024,
+        "log flood bounded: {} bytes",
+        text.len()
+    );
+}
+
+#[test]
+fn a_well_behaved_plugin_next_to_hostile_ones_keeps_working() {
+    let rt = short_deadline_runtime();
+    let mut hostile = source(
+        None,
+        json!({"attack": "loop", "set": [{"phase": "enforce-ml-policy",
+        "target": "trainjob", "pointer": "/metadata/namespace", "value": "kube-system"}]}),
+    );
+    hostile.failure_policy = FailurePolicy::Ignore;
+    let bytes = std::fs::read(minimal_wasm()).unwrap();
+    let good = rt.load(PluginSource::new("minimal.wasm", bytes)).unwrap();
+    let out = pipeline(vec![rt.load(hostile).unwrap(), good]).unwrap();
+    assert_eq!(out.objects.len(), 1, "{:?}", out.objects);
+    assert_eq!(out.objects[0]["metadata"]["namespace"], "team");
+    assert_eq!(out.warnings.len(), 2, "{:?}", out.warnings);
+}

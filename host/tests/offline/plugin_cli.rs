@@ -1,0 +1,537 @@
+//! `trainforge plugin inspect|run|bench|precompile` end to end, through the binary.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::plugin_common::*;
+use serde_json::Value;
+use std::process::Command;
+
+fn trainforge(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_trainforge"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn inspect_prints_metadata_and_digest() {
+    let wasm = minimal_wasm().to_str().unwrap();
+    let digest = trainforge::plugin::sha256_hex(&std::fs::read(wasm).unwrap());
+    let (ok, out, err) = trainforge(&["plugin", "inspect", wasm]);
+    assert!(ok, "{err}");
+    for want in [
+        "name:          minimal",
+        "wit-version:   0.1.0",
+        "mlPolicy.minimal",
+        "enforce-ml-policy, build, validate",
+        "v1/ConfigMap",
+        &digest,
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    let (ok, out, err) = trainforge(&["plugin", "inspect", "--json", wasm]);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["descriptor"]["name"], "minimal");
+    assert_eq!(v["sha256"], digest);
+    // A wrong pin is refused with the reason.
+    let (ok, _, err) = trainforge(&["plugin", "inspect", "--sha256", &"0".repeat(64), wasm]);
+    assert!(!ok);
+    assert!(err.contains("DigestMismatch"), "{err}");
+}
+
+#[test]
+fn run_prints_objects_info_and_validation() {
+    let dir = tempfile::tempdir().unwrap();
+    let tj = dir.path().join("trainjob.yaml");
+    let rt = dir.path().join("runtime.yaml");
+    let cfg = dir.path().join("config.json");
+    std::fs::write(&tj, "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata:\n  name: demo\n  namespace: team\nspec:\n  runtimeRef:\n    name: minimal\n").unwrap();
+    // JSON is YAML too; the runtime comes from the shared fixture.
+    std::fs::write(&rt, serde_json::to_string_pretty(&runtime()).unwrap()).unwrap();
+    std::fs::write(&cfg, r#"{"greeting": "from-cli"}"#).unwrap();
+    let wasm = minimal_wasm().to_str().unwrap();
+    let (ok, out, err) = trainforge(&[
+        "plugin",
+        "run",
+        wasm,
+        "--trainjob",
+        tj.to_str().unwrap(),
+        "--runtime",
+        rt.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["plugin"]["name"], "minimal");
+    assert_eq!(v["objects"][0]["kind"], "ConfigMap");
+    assert_eq!(v["objects"][0]["metadata"]["name"], "demo-minimal");
+    assert_eq!(v["objects"][0]["data"]["greeting"], "from-cli");
+    let env = &v["info"]["templateSpec"]["podSets"][0]["containers"][0]["env"][0];
+    assert_eq!(env["name"], "MINIMAL_GREETING");
+    assert_eq!(v["validation"]["errors"].as_array().unwrap().len(), 0);
+    assert!(v["status"].is_null());
+}
+
+#[test]
+fn run_reports_hostile_plugin_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let tj = dir.path().join("t.json");
+    let rt = dir.path().join("r.json");
+    let cfg = dir.path().join("c.json");
+    std::fs::write(&tj, trainjob().to_string()).unwrap();
+    std::fs::write(&rt, runtime().to_string()).unwrap();
+    std::fs::write(&cfg, r#"{"attack": "cluster-role-binding"}"#).unwrap();
+    let (ok, _, err) = trainforge(&[
+        "plugin",
+        "run",
+        hostile_wasm().to_str().unwrap(),
+        "--trainjob",
+        tj.to_str().unwrap(),
+        "--runtime",
+        rt.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("ForbiddenObject") && err.contains("hostile"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bench_prints_percentiles() {
+    let (ok, out, err) = trainforge(&[
+        "plugin",
+        "bench",
+        "--iterations",
+        "5",
+        minimal_wasm().to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    for want in [
+        "p50",
+        "p99",
+        "enforce-ml-policy",
+        "build",
+        "validate",
+        "reconcile",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn corrupt_file_is_load_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("bad.wasm");
+    std::fs::write(&f, b"\0asmnot really").unwrap();
+    let (ok, _, err) = trainforge(&["plugin", "inspect", f.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("LoadFailed") && err.contains("bad.wasm"),
+        "{err}"
+    );
+}
+
+/// `trainforge plugin run` on a hostile component (declaring `descriptor`,
+/// configured with `config`, with extra CLI arguments): whether it
+/// succeeded, its stdout and stderr. The TrainJob is `team/job`.
+fn run_hostile(descriptor: Value, config: Value, extra: &[&str]) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("hostile.wasm");
+    std::fs::write(&wasm, hostile_declaring(&descriptor)).unwrap();
+    let tj = dir.path().join("trainjob.json");
+    std::fs::write(&tj, trainjob().to_string()).unwrap();
+    let rt = dir.path().join("runtime.json");
+    std::fs::write(&rt, runtime().to_string()).unwrap();
+    let cfg = dir.path().join("config.json");
+    std::fs::write(&cfg, config.to_string()).unwrap();
+    let secret = dir.path().join("secret.json");
+    std::fs::write(
+        &secret,
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "creds", "namespace": "kube-system"}, "data": {"k": "cm9vdA=="}})
+        .to_string(),
+    )
+    .unwrap();
+    let mut args = vec![
+        "plugin",
+        "run",
+        wasm.to_str().unwrap(),
+        "--trainjob",
+        tj.to_str().unwrap(),
+        "--runtime",
+        rt.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+        "--object",
+        secret.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    trainforge(&args)
+}
+
+/// Every containment class, refused through the CLI with the plugin and the
+/// reason named (the same runtime as the operator: compiled in a bounded
+/// child process, same checks).
+#[test]
+fn run_refuses_every_containment_class_with_its_reason() {
+    use serde_json::json;
+    let pod = "/templateSpec/obj/replicatedJobs/0/template/spec/template/spec";
+    let cases: Vec<(&str, Value, Value, Vec<&str>, &str)> = vec![
+        (
+            "1 identity",
+            json!({"name": "evil"}),
+            json!({"set": [{"phase": "enforce-ml-policy", "target": "trainjob", "pointer": "/metadata/namespace", "value": "kube-system"}]}),
+            vec![],
+            "IdentityChanged",
+        ),
+        (
+            "1 foreign namespace",
+            json!({"name": "evil"}),
+            json!({"emit": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "kube-system"}}]}),
+            vec![],
+            "ForbiddenObject",
+        ),
+        (
+            "2 secret read",
+            json!({"name": "evil", "reads": [["v1", "Secret"]]}),
+            json!({}),
+            vec![],
+            "ForbiddenKind",
+        ),
+        (
+            "3 lease",
+            json!({"name": "evil", "emits": [["coordination.k8s.io/v1", "Lease"]]}),
+            json!({}),
+            vec![],
+            "ForbiddenKind",
+        ),
+        (
+            "3 undeclared",
+            json!({"name": "evil"}),
+            json!({"emit": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "victim"}}]}),
+            vec![],
+            "ForbiddenObject",
+        ),
+        (
+            "4 snapshot name",
+            json!({"name": "evil"}),
+            json!({"emit": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "job-runtime-snapshot"}}]}),
+            vec![],
+            "ForbiddenObject",
+        ),
+        (
+            "5 privileged",
+            json!({"name": "evil"}),
+            json!({"set": [{"phase": "pre-build", "target": "info", "pointer": format!("{pod}/containers/0/securityContext/privileged"), "value": true}]}),
+            vec![],
+            "PodSecurity",
+        ),
+        (
+            "6 sleep",
+            json!({"name": "evil"}),
+            json!({"attack": "sleep"}),
+            vec![],
+            "wait",
+        ),
+        (
+            "6 loop in describe",
+            json!({"name": "evil", "describe": "loop"}),
+            json!({}),
+            vec![],
+            "Timeout",
+        ),
+        (
+            "7 reserved name",
+            json!({"name": "jobset"}),
+            json!({}),
+            vec![],
+            "reserved",
+        ),
+        (
+            "7 too many kinds",
+            json!({"name": "evil", "generate_reads": 3000}),
+            json!({}),
+            vec![],
+            "InvalidDescriptor",
+        ),
+        (
+            "8 thousands of objects",
+            json!({"name": "evil"}),
+            json!({"attack": "many-objects"}),
+            vec![],
+            "InvalidOutput",
+        ),
+    ];
+    for (class, descriptor, config, extra, reason) in cases {
+        let start = std::time::Instant::now();
+        let (ok, out, err) = run_hostile(descriptor, config, &extra);
+        assert!(!ok, "{class}: refused, got {out}");
+        assert!(err.contains(reason), "{class}: want {reason} in {err}");
+        assert!(
+            ["evil", "jobset", "hostile.wasm"]
+                .iter()
+                .any(|n| err.contains(n)),
+            "{class}: names the plugin: {err}"
+        );
+        assert!(
+            err.lines().count() <= 3,
+            "{class}: one bounded message: {err}"
+        );
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "{class}"
+        );
+    }
+    // Granted by the administrator, the same plugins run.
+    let (ok, out, err) = run_hostile(
+        json!({"name": "evil", "reads": [["v1", "Secret"]]}),
+        json!({"read": {"apiVersion": "v1", "kind": "Secret", "namespace": "kube-system", "name": "creds"}}),
+        &["--allowed-read", "v1/Secret"],
+    );
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let result = v["objects"][0]["data"]["result"].as_str().unwrap();
+    assert!(
+        result.starts_with("denied") && result.contains("namespace"),
+        "{result}"
+    );
+    let (ok, _, err) = run_hostile(
+        json!({"name": "evil"}),
+        json!({"set": [{"phase": "pre-build", "target": "info", "pointer": format!("{pod}/containers/0/securityContext/privileged"), "value": true}]}),
+        &["--grant", "privileged"],
+    );
+    assert!(ok, "{err}");
+}
+
+/// A component crafted to be slow to compile is stopped by the compile
+/// worker's bounds, not by the user's patience.
+#[test]
+fn run_bounds_compilation() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("slow.wasm");
+    std::fs::write(&wasm, slow_to_compile_component(3000, 600)).unwrap();
+    let start = std::time::Instant::now();
+    let (ok, _, err) = trainforge(&["plugin", "inspect", wasm.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("CompileLimit"), "{err}");
+    let took = start.elapsed();
+    assert!(took < std::time::Duration::from_secs(90), "{took:?}");
+    let (ok, _, err) = trainforge(&["plugin", "inspect", "/dev/zero"]);
+    assert!(!ok && err.contains("not a regular file"), "{err}");
+}
+
+/// `plugin run --trainer-plugin`: a team tries its plugin as the operator
+/// would serve it — the TrainerPlugin's config and options, the ceiling of
+/// `--policy` (or the defaults), the restricted pod level — before
+/// installing anything.
+#[test]
+fn run_as_a_tenant_plugin_within_the_ceiling() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = hostile_declaring(&json!({"name": "team-env", "emits": [["v1", "ConfigMap"]]}));
+    let wasm = dir.path().join("team.wasm");
+    std::fs::write(&wasm, &bytes).unwrap();
+    let digest = trainforge::plugin::sha256_hex(&bytes);
+    let tj = dir.path().join("trainjob.json");
+    std::fs::write(&tj, trainjob().to_string()).unwrap();
+    let rt = dir.path().join("runtime.json");
+    std::fs::write(&rt, runtime().to_string()).unwrap();
+    let pod = "/templateSpec/obj/replicatedJobs/0/template/spec/template/spec";
+    let run = |ns: &str, extra: serde_json::Value, policy: Option<serde_json::Value>| {
+        let mut spec = json!({
+            "source": {"configMap": {"namespace": ns, "name": "m", "key": "plugin.wasm"}},
+            "sha256": digest,
+        });
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let tp = dir.path().join(format!("tp-{ns}.json"));
+        std::fs::write(
+            &tp,
+            json!({"apiVersion": "trainforge.dev/v1alpha1", "kind": "TrainerPlugin",
+                "metadata": {"name": "env", "namespace": ns}, "spec": spec})
+            .to_string(),
+        )
+        .unwrap();
+        let mut args = vec![
+            "plugin".to_owned(),
+            "run".into(),
+            wasm.to_str().unwrap().into(),
+            "--trainjob".into(),
+            tj.to_str().unwrap().into(),
+            "--runtime".into(),
+            rt.to_str().unwrap().into(),
+            "--trainer-plugin".into(),
+            tp.to_str().unwrap().into(),
+        ];
+        if let Some(p) = policy {
+            let path = dir.path().join("policy.json");
+            std::fs::write(&path, p.to_string()).unwrap();
+            args.extend(["--policy".into(), path.to_str().unwrap().into()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        trainforge(&args)
+    };
+    // Within the ceiling: the TrainerPlugin's config drives the plugin.
+    let marker = json!({"config": {"emit": [{"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "team-marker"}}]}});
+    let (ok, out, err) = run("team", marker.clone(), None);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["objects"][0]["metadata"]["name"], "team-marker", "{v}");
+    // Refusals name the reason and what exceeds the ceiling.
+    let cases: Vec<(
+        &str,
+        serde_json::Value,
+        Option<serde_json::Value>,
+        Vec<&str>,
+    )> = vec![
+        (
+            "team",
+            json!({"limits": {"timeout": "5s"}}),
+            None,
+            vec!["ExceedsPolicy", "spec.limits.timeout"],
+        ),
+        (
+            "team",
+            json!({"config": {}}),
+            Some(json!({"spec": {"allowedKinds": [{"apiVersion": "v1", "kind": "Secret"}]}})),
+            vec!["ExceedsPolicy", "emits: v1/ConfigMap"],
+        ),
+        (
+            "team",
+            json!({"config": {"set": [{"phase": "enforce-pod-spec", "target": "info",
+                "pointer": format!("{pod}/containers/0/securityContext/runAsUser"), "value": 0}]}}),
+            None,
+            vec!["PodSecurity", "runAsUser 0", "restricted"],
+        ),
+        (
+            "other",
+            marker,
+            None,
+            vec!["serves only TrainJobs of namespace other"],
+        ),
+    ];
+    for (ns, extra, policy, words) in cases {
+        let (ok, _, err) = run(ns, extra.clone(), policy);
+        assert!(!ok, "{extra} must be refused");
+        for w in words {
+            assert!(err.contains(w), "{extra}: {w:?} missing in {err}");
+        }
+    }
+}
+
+/// `plugin precompile` writes an artifact per builtin that a runtime
+/// configured like the operator's loads as shipped (no compile), never
+/// writing into or evicting from the shipped directory; a shipped artifact
+/// that is corrupt, or for another component, is ignored and the component
+/// compiled into the operator's own cache instead.
+#[test]
+fn precompiled_builtins_ship_beside_the_binary() {
+    use trainforge::plugin::{CacheOutcome, PluginRuntime, RuntimeConfig, builtin};
+    let shipped = tempfile::tempdir().unwrap();
+    let out = shipped.path().join("artifacts");
+    let (ok, stdout, stderr) =
+        trainforge(&["plugin", "precompile", "--out", out.to_str().unwrap()]);
+    assert!(ok, "{stdout}{stderr}");
+    let listing = || {
+        let mut names: Vec<(String, Vec<u8>)> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                (
+                    p.file_name().unwrap().to_string_lossy().into_owned(),
+                    std::fs::read(&p).unwrap(),
+                )
+            })
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
+    let cwasm = before.iter().filter(|(n, _)| n.ends_with(".cwasm")).count();
+    assert_eq!(
+        cwasm,
+        builtin::all().len(),
+        "one artifact per builtin: {stdout}"
+    );
+    assert!(!builtin::all().is_empty());
+
+    let cache = tempfile::tempdir().unwrap();
+    let rt = || {
+        PluginRuntime::new(RuntimeConfig {
+            cache_dir: Some(cache.path().to_owned()),
+            shipped_artifacts: Some(out.clone()),
+            ..RuntimeConfig::default()
+        })
+        .unwrap()
+    };
+    let runtime = rt();
+    for b in builtin::all() {
+        let (_, o) = runtime.load_traced(b.trusted_source()).unwrap();
+        assert_eq!(o, CacheOutcome::Shipped, "{}", b.crate_name);
+    }
+    assert_eq!(
+        std::fs::read_dir(cache.path()).unwrap().count(),
+        0,
+        "nothing compiled into the operator's cache"
+    );
+    assert_eq!(listing(), before, "the shipped directory is only read");
+
+    // Corrupt one shipped artifact: that builtin compiles (into the cache),
+    // the shipped file stays as it was.
+    let victim = before
+        .iter()
+        .find(|(n, _)| n.ends_with(".cwasm"))
+        .map(|(n, _)| out.join(n))
+        .unwrap();
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&victim, &bytes).unwrap();
+    let corrupted = listing();
+    let runtime = rt();
+    let outcomes: Vec<CacheOutcome> = builtin::all()
+        .iter()
+        .map(|b| runtime.load_traced(b.trusted_source()).unwrap().1)
+        .collect();
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| **o == CacheOutcome::Compiled)
+            .count(),
+        1,
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|o| **o == CacheOutcome::Shipped)
+            .count(),
+        builtin::all().len() - 1
+    );
+    assert_eq!(
+        listing(),
+        corrupted,
+        "a bad shipped artifact is not rewritten or removed"
+    );
+
+    // Another component with no shipped artifact is compiled as before.
+    let (_, o) = runtime
+        .load_traced(trainforge::plugin::PluginSource::new(
+            "minimal",
+            std::fs::read(minimal_wasm()).unwrap(),
+        ))
+        .unwrap();
+    assert_eq!(o, CacheOutcome::Compiled);
+}

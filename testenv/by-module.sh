@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Run a test binary one module at a time, each module in a process of its
+# own, as if each were a binary of its own (its statics — the control plane
+# and operator a module starts — are its alone), while the binary is built
+# and linked once:
+#
+#   testenv/by-module.sh PACKAGE TEST [MODULE...]
+#
+# Builds `cargo test -p PACKAGE --test TEST --no-run`, lists its tests, and
+# runs the tests of each module (the first `::` segment of their names; only
+# the MODULEs given, if any) with `--exact`, in the package's directory as
+# `cargo test` would. Every module runs even after a failure; the last line
+# counts them all (`N passed, M failed`) and the exit code is 1 if any
+# failed. CARGO and the libtest flags in TEST_ARGS (e.g. --nocapture) are
+# passed on.
+set -euo pipefail
+[[ $# -ge 2 ]] || { echo "usage: $0 PACKAGE TEST [MODULE...]" >&2; exit 2; }
+PKG=$1 TEST=$2
+shift 2
+CARGO=${CARGO:-cargo}
+read -r -a EXTRA <<<"${TEST_ARGS:-}"
+
+# The executable and its package directory, from cargo's JSON messages.
+read -r EXE DIR < <("$CARGO" test --locked -p "$PKG" --test "$TEST" --no-run --message-format=json |
+  python3 -c '
+import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1] \
+            and "test" in m["target"]["kind"]:
+        print(m["executable"], os.path.dirname(m["manifest_path"]))
+' "$TEST")
+[[ -n ${EXE:-} ]] || { echo "by-module: no test executable named $TEST in $PKG" >&2; exit 1; }
+
+# Test names by module, in the order libtest lists them.
+mapfile -t NAMES < <(cd "$DIR" && "$EXE" --list --format terse | sed -n 's/: test$//p')
+[[ ${#NAMES[@]} -gt 0 ]] || { echo "by-module: $TEST lists no tests" >&2; exit 1; }
+mapfile -t MODULES < <(printf '%s\n' "${NAMES[@]}" | sed 's/::.*//' | awk '!seen[$0]++')
+if [[ $# -gt 0 ]]; then MODULES=("$@"); fi
+
+passed=0 failed=0 ignored=0 failed_modules=()
+for module in "${MODULES[@]}"; do
+  mapfile -t tests < <(printf '%s\n' "${NAMES[@]}" | grep "^$module::" || true)
+  if [[ ${#tests[@]} -eq 0 ]]; then
+    echo "by-module: $TEST has no module $module" >&2
+    failed_modules+=("$module")
+    continue
+  fi
+  echo "     Running $TEST, module $module (${#tests[@]} tests)"
+  start=$(date +%s)
+  log=$(mktemp)
+  rc=0
+  (cd "$DIR" && "$EXE" --exact "${tests[@]}" "${EXTRA[@]}") 2>&1 | tee "$log" || rc=$?
+  # libtest: "test result: ok. 3 passed; 0 failed; 1 ignored; ..."
+  read -r p f i < <(sed -n 's/^test result: [A-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed; \([0-9]*\) ignored.*/\1 \2 \3/p' "$log" | tail -1)
+  rm -f "$log"
+  passed=$((passed + ${p:-0})) failed=$((failed + ${f:-0})) ignored=$((ignored + ${i:-0}))
+  if [[ $rc -ne 0 ]]; then failed_modules+=("$module"); fi
+  echo "     $TEST, module $module: $(($(date +%s) - start))s, exit $rc"
+done
+if [[ ${#failed_modules[@]} -gt 0 ]]; then
+  echo "by-module: failed modules of $TEST: ${failed_modules[*]}"
+fi
+echo "$TEST: $passed passed, $failed failed, $ignored ignored"
+[[ ${#failed_modules[@]} -eq 0 ]]
