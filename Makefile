@@ -64,7 +64,7 @@ test: preflight-tests controlplane
 	testenv/sdk/venv.sh "$(TARGET_DIR)/sdk-venv"
 	rc=0; \
 	$(TEST_ENV) $(CARGO) test --workspace --no-fail-fast || rc=1; \
-	$(TEST_ENV) CARGO="$(CARGO)" testenv/by-module.sh trainforge cluster || rc=1; \
+	$(TEST_ENV) CARGO="$(CARGO)" testenv/by-module.sh cluster || rc=1; \
 	exit $$rc
 
 # The operator is built in release (BENCH_PROFILE) with its builtins
@@ -93,7 +93,7 @@ endif
 	  $(if $(BENCH_UPSTREAM),--upstream "$$(testenv/upstream.sh --print-bin)") $(BENCH_ARGS)
 	$(CARGO) bench --profile $(if $(filter dev,$(BENCH_PROFILE)),dev,bench) --locked --workspace --bench wasm_native
 	TRAINFORGE_TESTENV_REQUIRED=1 TEST_ARGS="--ignored" CARGO="$(CARGO)" \
-	  testenv/by-module.sh trainforge cluster admission_e2e operator_lifecycle
+	  testenv/by-module.sh cluster admission_e2e operator_lifecycle
 
 bench-upstream:
 	$(MAKE) bench BENCH_UPSTREAM=1

@@ -4,9 +4,11 @@
 # and operator a module starts — are its alone), while the binary is built
 # and linked once:
 #
-#   testenv/by-module.sh PACKAGE TEST [MODULE...]
+#   testenv/by-module.sh TEST [MODULE...]
 #
-# Builds `cargo test -p PACKAGE --test TEST --no-run`, lists its tests, and
+# Builds `cargo test --workspace --test TEST --no-run` (the workspace's
+# features, so nothing `cargo test --workspace` built is built again), lists
+# its tests, and
 # runs the tests of each module (the first `::` segment of their names; only
 # the MODULEs given, if any) with `--exact`, in the package's directory as
 # `cargo test` would. Every module runs even after a failure; the last line
@@ -14,14 +16,14 @@
 # failed. CARGO and the libtest flags in TEST_ARGS (e.g. --nocapture) are
 # passed on.
 set -euo pipefail
-[[ $# -ge 2 ]] || { echo "usage: $0 PACKAGE TEST [MODULE...]" >&2; exit 2; }
-PKG=$1 TEST=$2
-shift 2
+[[ $# -ge 1 ]] || { echo "usage: $0 TEST [MODULE...]" >&2; exit 2; }
+TEST=$1
+shift
 CARGO=${CARGO:-cargo}
 read -r -a EXTRA <<<"${TEST_ARGS:-}"
 
 # The executable and its package directory, from cargo's JSON messages.
-read -r EXE DIR < <("$CARGO" test --locked -p "$PKG" --test "$TEST" --no-run --message-format=json |
+read -r EXE DIR < <("$CARGO" test --locked --workspace --test "$TEST" --no-run --message-format=json |
   python3 -c '
 import json, os, sys
 for line in sys.stdin:
@@ -30,7 +32,7 @@ for line in sys.stdin:
             and "test" in m["target"]["kind"]:
         print(m["executable"], os.path.dirname(m["manifest_path"]))
 ' "$TEST")
-[[ -n ${EXE:-} ]] || { echo "by-module: no test executable named $TEST in $PKG" >&2; exit 1; }
+[[ -n ${EXE:-} ]] || { echo "by-module: no test executable named $TEST" >&2; exit 1; }
 
 # Test names by module, in the order libtest lists them.
 mapfile -t NAMES < <(cd "$DIR" && "$EXE" --list --format terse | sed -n 's/: test$//p')

@@ -560,10 +560,7 @@ fn builtin_set(
     runtime: &PluginRuntime,
     objects: Arc<ObjectCache>,
 ) -> Result<PluginSet, plugin::Error> {
-    PluginSet::new(plugin::builtin::load_trusted(
-        runtime,
-        Some(objects as Arc<dyn plugin::ObjectSource>),
-    )?)
+    PluginSet::new(runtime.load_trusted_builtins(Some(objects as Arc<dyn plugin::ObjectSource>))?)
 }
 
 /// The `plugins` readiness check of a [`NotServing`] answer.

@@ -140,7 +140,7 @@ pub fn builtin_plugins_in(cache_dir: Option<PathBuf>) -> Result<PluginSet, Rende
         cache_dir,
         ..RuntimeConfig::default()
     })?;
-    Ok(PluginSet::new(plugin::builtin::load_trusted(&rt, None)?)?)
+    Ok(PluginSet::new(rt.load_trusted_builtins(None)?)?)
 }
 
 /// Environment variable naming the directory where `render` keeps

@@ -7,8 +7,7 @@
 //! with the `plugin` profile, using its own `CARGO_TARGET_DIR`, and
 //! generates an `include_bytes!` table.
 
-use super::{Error, Grants, LoadedPlugin, ObjectSource, PluginRuntime, PluginSource};
-use std::sync::Arc;
+use super::{Grants, PluginSource};
 use trainforge_api::plugin::KindRef;
 
 /// One embedded plugin component.
@@ -116,25 +115,6 @@ impl BuiltinPlugin {
         src.allowed_reads = needs.allowed_reads;
         src
     }
-}
-
-/// Load every builtin plugin with what it needs granted ([`needs`]),
-/// reading cluster objects from `objects` (`None`: no objects, as in
-/// `render`).
-pub fn load_trusted(
-    rt: &PluginRuntime,
-    objects: Option<Arc<dyn ObjectSource>>,
-) -> Result<Vec<LoadedPlugin>, Error> {
-    all()
-        .iter()
-        .map(|b| {
-            let mut src = b.trusted_source();
-            if let Some(objects) = &objects {
-                src.objects = objects.clone();
-            }
-            rt.load(src)
-        })
-        .collect()
 }
 
 #[cfg(test)]

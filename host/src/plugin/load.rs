@@ -11,7 +11,7 @@ use super::descriptor::{compat_line, wit_compatible};
 use super::engine::{EngineHandle, RuntimeConfig};
 use super::observe::{CallObserver, ObserverSlot};
 use super::sandbox::{CallScope, CallState, PluginContext, deny_waiting};
-use super::source::PluginSource;
+use super::source::{ObjectSource, PluginSource};
 use super::{bounded, builtin, descriptor, kinds};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -44,6 +44,25 @@ const GUEST_EXPORT: &str = "trainforge:plugin/guest@";
 const OUR_IMPORTS: [&str; 2] = ["trainforge:plugin/host@", "trainforge:plugin/types@"];
 
 impl PluginRuntime {
+    /// Load every builtin plugin with what it needs granted
+    /// ([`builtin::needs`]), reading cluster objects from `objects` (`None`:
+    /// no objects, as in `render`).
+    pub fn load_trusted_builtins(
+        &self,
+        objects: Option<Arc<dyn ObjectSource>>,
+    ) -> Result<Vec<LoadedPlugin>, Error> {
+        builtin::all()
+            .iter()
+            .map(|b| {
+                let mut src = b.trusted_source();
+                if let Some(objects) = &objects {
+                    src.objects = objects.clone();
+                }
+                self.load(src)
+            })
+            .collect()
+    }
+
     /// Create the runtime (engine, ticker thread, linker with deny-all WASI).
     pub fn new(config: RuntimeConfig) -> Result<Self, Error> {
         let engine = EngineHandle::new(config.epoch_tick, config.max_concurrent_calls)?;

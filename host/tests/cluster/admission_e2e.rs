@@ -9,7 +9,6 @@
 //! ClusterTrainerPlugin webhook.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 

@@ -25,7 +25,6 @@
 //! one operator, which ends restarted and stopped with SIGTERM.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-
 use std::time::{Duration, Instant};
 
 use crate::operator_common::*;

@@ -37,7 +37,6 @@
 //!    tenants' own compile slot: a cluster plugin compiles meanwhile.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-
 use std::time::{Duration, Instant};
 
 use crate::operator_common::*;

@@ -151,7 +151,7 @@ impl Crate {
             let mut leaves = Vec::new();
             flatten_use(&u.tree, &mut Vec::new(), &mut leaves);
             for (path, alias) in leaves {
-                let Some(abs) = absolute(&file.module, &[], &path) else {
+                let Some(abs) = absolute(&self.by_module, &file.module, &[], &path) else {
                     continue;
                 };
                 match alias {
@@ -210,6 +210,7 @@ impl Crate {
         for (i, file) in self.files.iter().enumerate() {
             let facade = file.rel.ends_with("mod.rs") || file.rel == "lib.rs";
             let mut v = Paths {
+                modules: &self.by_module,
                 module: &file.module,
                 inline: Vec::new(),
                 tests: usize::from(file.test_only),
@@ -318,8 +319,14 @@ fn flatten_use(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<(Vec
 
 /// `path` as an absolute module path, from a file module plus the inline
 /// modules around the path; `None` for paths outside this crate (other
-/// crates, local names).
-fn absolute(file_module: &[String], inline: &[String], path: &[String]) -> Option<Vec<String>> {
+/// crates, local names). A path starting with the name of a child module of
+/// a file module is relative to it (`use metrics::Metrics;` in `ops/mod.rs`).
+fn absolute(
+    modules: &BTreeMap<Vec<String>, usize>,
+    file_module: &[String],
+    inline: &[String],
+    path: &[String],
+) -> Option<Vec<String>> {
     let mut here: Vec<String> = file_module.iter().chain(inline).cloned().collect();
     let mut rest = path;
     match rest.first().map(String::as_str) {
@@ -334,6 +341,13 @@ fn absolute(file_module: &[String], inline: &[String], path: &[String]) -> Optio
             }
         }
         Some("self") => rest = &rest[1..],
+        Some(first) if inline.is_empty() => {
+            let mut child = file_module.to_vec();
+            child.push(first.to_owned());
+            if !modules.contains_key(&child) {
+                return None;
+            }
+        }
         _ => return None,
     }
     here.extend(rest.iter().cloned());
@@ -341,6 +355,7 @@ fn absolute(file_module: &[String], inline: &[String], path: &[String]) -> Optio
 }
 
 struct Paths<'a> {
+    modules: &'a BTreeMap<Vec<String>, usize>,
     module: &'a [String],
     inline: Vec<String>,
     /// How many `#[cfg(test)]` scopes enclose the visitor (0: production).
@@ -351,7 +366,7 @@ struct Paths<'a> {
 
 impl Paths<'_> {
     fn push(&mut self, path: Vec<String>) {
-        if let Some(abs) = absolute(self.module, &self.inline, &path) {
+        if let Some(abs) = absolute(self.modules, self.module, &self.inline, &path) {
             self.found.push((abs, path.join("::"), self.tests > 0));
         }
     }

@@ -6,6 +6,8 @@
 //!   files or between modules ([`layers`]).
 //! - Every relative link and every repository path the docs name exists,
 //!   and the README stays short ([`docs`]).
+//! - Every file of a test binary made of modules (`tests/<name>/main.rs`) is
+//!   one of its modules: a file no `mod` names would never run.
 //!
 //! Each rule is also run on a small made-up tree that breaks it, so that a
 //! checker that sees nothing fails.
@@ -318,4 +320,77 @@ fn the_readme_is_short() {
             "README.md does not show `{command}`"
         );
     }
+}
+
+/// The `mod` items of a file (its own modules, declared or inline).
+fn declared_modules(file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap();
+    let ast = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    ast.items
+        .iter()
+        .filter_map(|item| match item {
+            syn::Item::Mod(m) => Some(m.ident.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Files of `dir` (a test binary's directory) that its `main.rs` does not
+/// declare as modules.
+fn undeclared(dir: &Path) -> Vec<String> {
+    let declared = declared_modules(&dir.join("main.rs"));
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if path.extension().is_some_and(|e| e == "rs")
+            && stem != "main"
+            && !declared.iter().any(|d| d == stem)
+        {
+            missing.push(path.display().to_string());
+        }
+    }
+    missing.sort();
+    missing
+}
+
+#[test]
+fn every_file_of_a_test_binary_is_one_of_its_modules() {
+    let root = repo();
+    let mut binaries = Vec::new();
+    for tests in ["host/tests", "testenv/tests", "api/tests", "sdk/tests"] {
+        let Ok(entries) = std::fs::read_dir(root.join(tests)) else {
+            continue;
+        };
+        for entry in entries {
+            let dir = entry.unwrap().path();
+            if dir.join("main.rs").is_file() {
+                binaries.push(dir);
+            }
+        }
+    }
+    assert!(
+        binaries.iter().any(|b| b.ends_with("host/tests/cluster")),
+        "host/tests/cluster was not found: {binaries:?}"
+    );
+    let missing: Vec<String> = binaries.iter().flat_map(|b| undeclared(b)).collect();
+    assert!(
+        missing.is_empty(),
+        "test files no main.rs declares (they would never run): {missing:?}"
+    );
+}
+
+#[test]
+fn the_module_check_finds_an_undeclared_file() {
+    let dir = made_up(&[
+        ("main.rs", "mod common;\nmod first;\n"),
+        ("common.rs", ""),
+        ("first.rs", "#[test]\nfn t() {}\n"),
+        ("second.rs", "#[test]\nfn forgotten() {}\n"),
+    ]);
+    let missing = undeclared(dir.path());
+    assert_eq!(missing.len(), 1, "{missing:?}");
+    assert!(missing[0].ends_with("second.rs"), "{missing:?}");
 }

@@ -123,7 +123,7 @@ fn artifacts_are_cached_on_disk_and_in_memory() {
 #[test]
 fn builtin_plugins_are_embedded_and_load() {
     let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
-    let loaded = builtin::load_trusted(&rt, None).unwrap();
+    let loaded = rt.load_trusted_builtins(None).unwrap();
     assert_eq!(loaded.len(), builtin::all().len());
     // CI builds this test once with
     // TRAINFORGE_EXTRA_BUILTIN_PLUGINS=examples/plugin-minimal to prove the

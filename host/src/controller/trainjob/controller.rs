@@ -1,0 +1,362 @@
+//! The TrainJob controller's loop: the watches, the work queue, the wake-ups
+//! of TrainJobs waiting for plugins, and the periodic pruning of what
+//! [`Context`] remembers of deleted objects.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Api;
+use kube::runtime::Controller;
+use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use trainforge_api::trainer::v1alpha1::TrainJob;
+
+use super::batch;
+use super::context::{Context, NO_PLUGINS_RETRY};
+use super::reconcile::{self, ReconcileError};
+
+/// Prune [`Context`] state every resync period until `shutdown`.
+async fn prune_periodically(
+    ctx: Arc<Context>,
+    trainjobs: Store<TrainJob>,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(ctx.settings.resync);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => ctx.prune(|r| trainjobs.get(r).is_some()),
+        }
+    }
+}
+
+fn error_policy(job: Arc<TrainJob>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+    let mut wait = ctx.backoff(&job);
+    if error.waits_for_plugins() {
+        // Registered before looking at the set again, so a swap between the
+        // reconcile and now is never missed.
+        ctx.wait_for_plugins(&job);
+        wait = if ctx.plugins_can_serve() {
+            Duration::from_millis(100)
+        } else {
+            wait.min(NO_PLUGINS_RETRY)
+        };
+    }
+    warn!(trainjob = %ObjectRef::from_obj(job.as_ref()), step = error.reason(), %error, retry_in = ?wait, "reconcile failed");
+    Action::requeue(wait)
+}
+
+/// How long the set in service must stay unchanged before the TrainJobs
+/// waiting for it are woken: several `ClusterTrainerPlugin`s applied at once
+/// swap the set once each, and a woken TrainJob should be built with all of
+/// them, not with the first that could serve.
+pub const WAKE_SETTLE: Duration = Duration::from_secs(2);
+
+/// The longest a burst of swaps delays the wake-up.
+const WAKE_SETTLE_MAX: Duration = Duration::from_secs(10);
+
+/// Until `shutdown`: each time the set in service changes and then stays
+/// unchanged for `settle` (at most [`WAKE_SETTLE_MAX`] after the first
+/// change), if it can serve TrainJobs, send the TrainJobs waiting for it to
+/// `wake`.
+async fn wake_waiting(
+    ctx: Arc<Context>,
+    mut changes: watch::Receiver<u64>,
+    wake: UnboundedSender<ObjectRef<TrainJob>>,
+    settle: Duration,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = changes.changed() => if changed.is_err() { return },
+        }
+        let latest = tokio::time::Instant::now() + WAKE_SETTLE_MAX;
+        loop {
+            let quiet = tokio::time::sleep(settle);
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    if tokio::time::Instant::now() < latest {
+                        continue;
+                    }
+                }
+                _ = quiet => {}
+            }
+            break;
+        }
+        if ctx.plugins_can_serve() {
+            let woken = ctx.take_waiting();
+            if !woken.is_empty() {
+                info!(
+                    trainjobs = woken.len(),
+                    "the plugin set in service can serve TrainJobs again: reconciling those that waited"
+                );
+            }
+            for r in woken {
+                if wake.send(r).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// What a TrainJob's reconcile acts on, hashed: everything but its status,
+/// `resourceVersion` and `managedFields`. A watch event that changes none of
+/// it (the operator's own status write) reconciles nothing.
+fn reconciled_state(job: &TrainJob) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let m = &job.metadata;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        &m.uid,
+        m.generation,
+        &m.labels,
+        &m.annotations,
+        &m.finalizers,
+        m.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
+    )
+        .hash(&mut h);
+    serde_json::to_string(&m.owner_references)
+        .unwrap_or_default()
+        .hash(&mut h);
+    // The spec too: `generation` covers it on the API server, but a
+    // TrainJob's spec is small and this keeps the rule independent of that.
+    serde_json::to_string(&job.spec)
+        .unwrap_or_default()
+        .hash(&mut h);
+    Some(h.finish())
+}
+
+/// Run the TrainJob controller until `shutdown`. `triggers` carries the
+/// TrainJobs whose child objects changed (from [`ObjectCache`]), batched
+/// by `settings.child_batch` ([`batch`]).
+pub async fn run(
+    ctx: Arc<Context>,
+    triggers: UnboundedReceiver<ObjectRef<TrainJob>>,
+    shutdown: CancellationToken,
+) {
+    let api: Api<TrainJob> = match &ctx.settings.namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let receive = |rx: UnboundedReceiver<ObjectRef<TrainJob>>| {
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) })
+    };
+    let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel();
+    let waker = ctx.plugins.changes().map(|changes| {
+        tokio::spawn(wake_waiting(
+            ctx.clone(),
+            changes,
+            wake_tx,
+            WAKE_SETTLE,
+            shutdown.clone(),
+        ))
+    });
+    let triggers = futures::stream::select(
+        batch::batched(triggers, ctx.settings.child_batch),
+        receive(wake_rx),
+    );
+    let config = ControllerConfig::default().concurrency(ctx.settings.concurrency);
+    info!(
+        concurrency = ctx.settings.concurrency,
+        "TrainJob controller starting"
+    );
+    let (reader, writer) = reflector::store();
+    // No step reads a TrainJob's managedFields (nor are plugins given
+    // them): the store and every plugin input are smaller without them.
+    let trainjobs = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|job: &mut TrainJob| job.metadata.managed_fields = None)
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(reconciled_state, PredicateConfig::default());
+    let controller = Controller::for_stream(trainjobs, reader).with_config(config);
+    let pruner = tokio::spawn(prune_periodically(
+        ctx.clone(),
+        controller.store(),
+        shutdown.clone(),
+    ));
+    controller
+        .reconcile_on(triggers)
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile::reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+    pruner.abort();
+    if let Some(w) = waker {
+        w.abort();
+    }
+    info!("TrainJob controller stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use std::sync::Mutex;
+    use trainforge_api::trainer::v1alpha1::TrainJobSpec;
+
+    use crate::controller::trainjob::context::{Plugins, Settings};
+    use crate::controller::trainjob::objects::ObjectCache;
+    use crate::controller::trainjob::serving::{self, NotServing};
+    use crate::ops::metrics::Metrics;
+    use crate::plugin::PluginSet;
+
+    /// A plugin set that tests swap by hand.
+    struct Switch {
+        set: Mutex<Arc<PluginSet>>,
+        swaps: watch::Sender<u64>,
+    }
+
+    impl Switch {
+        fn swap(&self, set: PluginSet) {
+            *self.set.lock().unwrap() = Arc::new(set);
+            self.swaps.send_modify(|g| *g += 1);
+        }
+    }
+
+    impl Plugins for Switch {
+        fn current(&self) -> Arc<PluginSet> {
+            self.set.lock().unwrap().clone()
+        }
+
+        fn not_serving(&self, set: &PluginSet) -> Option<NotServing> {
+            serving::check_fixed(set)
+        }
+
+        fn changes(&self) -> Option<watch::Receiver<u64>> {
+            Some(self.swaps.subscribe())
+        }
+    }
+
+    /// A context with an empty set; the client points nowhere (nothing here
+    /// talks to an API server).
+    fn context() -> (Arc<Context>, Arc<Switch>) {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let switch = Arc::new(Switch {
+            set: Mutex::new(Arc::new(PluginSet::default())),
+            swaps: watch::channel(0).0,
+        });
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let ctx = Context::new(
+            client.clone(),
+            switch.clone(),
+            Arc::new(ObjectCache::new(client, tx)),
+            Arc::new(Metrics::new()),
+            None,
+            Settings::default(),
+        );
+        (Arc::new(ctx), switch)
+    }
+
+    fn job(name: &str) -> TrainJob {
+        let mut j = TrainJob::new(name, TrainJobSpec::default());
+        j.metadata.namespace = Some("ns".into());
+        j
+    }
+
+    fn no_plugins() -> ReconcileError {
+        ReconcileError::NoServingPlugins(serving::check_fixed(&PluginSet::default()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_set_that_can_serve_wakes_the_trainjobs_that_waited() {
+        let (ctx, switch) = context();
+        let (waiting, other) = (job("waits"), job("other"));
+        let _ = error_policy(Arc::new(waiting.clone()), &no_plugins(), ctx.clone());
+        let (tx, mut woken) = tokio::sync::mpsc::unbounded_channel();
+        let stop = CancellationToken::new();
+        let settle = Duration::from_millis(200);
+        let task = tokio::spawn(wake_waiting(
+            ctx.clone(),
+            switch.changes().unwrap(),
+            tx,
+            settle,
+            stop.clone(),
+        ));
+
+        // A new set that still cannot serve wakes nobody.
+        switch.swap(PluginSet::default());
+        let nothing = tokio::time::timeout(settle * 3, woken.recv()).await;
+        assert!(nothing.is_err(), "woken by a set that cannot serve");
+
+        // A burst of swaps ending in a set that can serve wakes exactly the
+        // job that waited, once, after the burst.
+        let burst = std::time::Instant::now();
+        switch.swap(serving::jobset_set());
+        for _ in 0..3 {
+            tokio::time::sleep(settle / 2).await;
+            switch.swap(serving::jobset_set());
+        }
+        let first = tokio::time::timeout(Duration::from_secs(5), woken.recv())
+            .await
+            .unwrap();
+        assert!(
+            burst.elapsed() >= settle / 2 * 3 + settle,
+            "woken before the set settled: {:?}",
+            burst.elapsed()
+        );
+        assert_eq!(first, Some(ObjectRef::from_obj(&waiting)));
+        assert_ne!(first, Some(ObjectRef::from_obj(&other)));
+        assert!(ctx.take_waiting().is_empty(), "forgotten once woken");
+        switch.swap(serving::jobset_set());
+        let again = tokio::time::timeout(settle * 3, woken.recv()).await;
+        assert!(again.is_err(), "woken twice");
+
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_ignored_patches_edit_is_reported_once() {
+        let (ctx, _switch) = context();
+        let (a, b) = (job("a"), job("b"));
+        assert!(ctx.report_patches_once(&a, "h1"));
+        assert!(!ctx.report_patches_once(&a, "h1"), "the same edit again");
+        assert!(ctx.report_patches_once(&b, "h1"), "per TrainJob");
+        assert!(ctx.report_patches_once(&a, "h2"), "a new edit");
+        ctx.patches_agree(&a);
+        assert!(ctx.report_patches_once(&a, "h2"), "diverging again");
+        ctx.prune(|r| r.name == "a");
+        assert!(
+            ctx.report_patches_once(&b, "h1"),
+            "pruned with its TrainJob"
+        );
+    }
+
+    #[tokio::test]
+    async fn only_the_missing_plugin_set_makes_a_trainjob_wait() {
+        let (ctx, _switch) = context();
+        let j = job("a");
+        let build = ReconcileError::Build(crate::pipeline::run::PipelineError::Runtime("x".into()));
+        let _ = error_policy(Arc::new(j.clone()), &build, ctx.clone());
+        assert!(ctx.take_waiting().is_empty());
+        let _ = error_policy(Arc::new(j.clone()), &no_plugins(), ctx.clone());
+        assert_eq!(ctx.take_waiting(), [ObjectRef::from_obj(&j)]);
+        let _ = error_policy(Arc::new(j.clone()), &no_plugins(), ctx.clone());
+        ctx.succeeded(&j);
+        assert!(
+            ctx.take_waiting().is_empty(),
+            "a reconcile that succeeds stops the wait"
+        );
+    }
+}
