@@ -54,7 +54,8 @@ for module in "${MODULES[@]}"; do
   rc=0
   (cd "$DIR" && "$EXE" --exact "${tests[@]}" "${EXTRA[@]}") 2>&1 | tee "$log" || rc=$?
   # libtest: "test result: ok. 3 passed; 0 failed; 1 ignored; ..."
-  read -r p f i < <(sed -n 's/^test result: [A-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed; \([0-9]*\) ignored.*/\1 \2 \3/p' "$log" | tail -1)
+  p=0 f=0 i=0
+  read -r p f i < <(sed -n 's/^test result: [a-zA-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed; \([0-9]*\) ignored.*/\1 \2 \3/p' "$log" | tail -1) || true
   rm -f "$log"
   passed=$((passed + ${p:-0})) failed=$((failed + ${f:-0})) ignored=$((ignored + ${i:-0}))
   if [[ $rc -ne 0 ]]; then failed_modules+=("$module"); fi
@@ -63,5 +64,5 @@ done
 if [[ ${#failed_modules[@]} -gt 0 ]]; then
   echo "by-module: failed modules of $TEST: ${failed_modules[*]}"
 fi
-echo "$TEST: $passed passed, $failed failed, $ignored ignored"
+echo "$TEST: $passed passed, $failed failed, $ignored skipped"
 [[ ${#failed_modules[@]} -eq 0 ]]

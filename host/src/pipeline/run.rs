@@ -2,10 +2,11 @@
 //!
 //! TrainJob + its runtime (both as stored by the API server, i.e. with CRD
 //! defaults applied; `render` applies them with [`super::defaults`])
-//! → the runtime info ([`runtime_info_for`]: [`merge`](super::merge), then
-//! [`runtime_info`](super::info::runtime_info))
 //! → every runtime policy served by a plugin ([`unserved_policies`])
-//! → plugin `validate` (admission rules) → plugin phases
+//! → the runtime info, built once per build ([`admission_info_for`]:
+//! [`merge`](super::merge), then [`runtime_info`](super::info::runtime_info))
+//! → plugin `validate` (admission rules) → plugin phases, both given that
+//! one info
 //! → the objects to apply, in apply order, plus warnings.
 //!
 //! Plugins are called through [`PluginSet`]; nothing here does I/O except
@@ -25,7 +26,8 @@ use trainforge_api::trainer::v1alpha1::{
 };
 
 use crate::plugin::{self, PluginSet, ValidateInput};
-use trainforge_api::blueprint::{BlueprintError, admission_info_for, legacy, runtime_info_for};
+use trainforge_api::blueprint::merge::MergeError;
+use trainforge_api::blueprint::{BlueprintError, admission_info_for, legacy};
 
 /// The runtime a TrainJob references, namespaced or cluster-scoped.
 #[derive(Clone, Debug)]
@@ -295,13 +297,56 @@ pub fn validate_within(
     budget: Option<&crate::plugin::ValidateBudget>,
 ) -> Result<Vec<String>, PipelineError> {
     check_runtime_ref(job, runtime)?;
+    let info = JobInfo::build(job, runtime)?;
+    validate_with(job, old, runtime, plugins, budget, &info)
+}
+
+/// The runtime info of a TrainJob on its runtime, built once
+/// ([`admission_info_for`]) for both admission and the plugin phases:
+/// the info, and the overrides that name a job or container the runtime
+/// does not have (skipped in the info).
+struct JobInfo {
+    info: Info,
+    problems: Vec<MergeError>,
+}
+
+impl JobInfo {
+    /// Merge `job`'s overrides into `runtime`, then build the info.
+    fn build(job: &TrainJob, runtime: &RuntimeObject) -> Result<Self, PipelineError> {
+        let (info, problems) = admission_info_for(job, runtime.spec())?;
+        Ok(JobInfo { info, problems })
+    }
+
+    /// The info the first plugin phase is given. As with
+    /// [`runtime_info_for`](trainforge_api::blueprint::runtime_info_for),
+    /// an override naming what the runtime does not have is an error: the
+    /// first one.
+    fn for_phases(self) -> Result<Info, PipelineError> {
+        match self.problems.into_iter().next() {
+            Some(first) => Err(BlueprintError::Merge(first).into()),
+            None => Ok(self.info),
+        }
+    }
+}
+
+/// Admission of `job` (its runtime reference already checked) with its
+/// runtime info `info`: the merge problems the host reports, then each
+/// plugin's `validate`.
+fn validate_with(
+    job: &TrainJob,
+    old: Option<&TrainJob>,
+    runtime: &RuntimeObject,
+    plugins: &PluginSet,
+    budget: Option<&crate::plugin::ValidateBudget>,
+    info: &JobInfo,
+) -> Result<Vec<String>, PipelineError> {
     let mut warnings = deprecation_warning(runtime).into_iter().collect::<Vec<_>>();
-    let (info, merge_problems) = admission_info_for(job, runtime.spec())?;
     // Unknown jobs/containers in `runtimePatches` are reported by the JobSet
     // plugin with upstream's messages; the host reports the older
     // `podTemplateOverrides`, which no plugin checks.
-    let mut problems: Vec<Problem> = merge_problems
-        .into_iter()
+    let mut problems: Vec<Problem> = info
+        .problems
+        .iter()
         .filter(|e| !e.field().starts_with("spec.runtimePatches"))
         .map(|e| Problem {
             source: "trainforge".into(),
@@ -320,7 +365,7 @@ pub fn validate_within(
             .as_ref()
             .map(|o| to_json_string(o, "old TrainJob"))
             .transpose()?,
-        info: to_json_string(&info, "runtime info")?,
+        info: to_json_string(&info.info, "runtime info")?,
     };
     // Through the set: it honours each plugin's phases and failure policy
     // (an ignored failure becomes a warning).
@@ -375,8 +420,9 @@ fn as_moved(old: &TrainJob, new: &TrainJob) -> TrainJob {
 }
 
 /// Run the pipeline: check that a plugin serves every policy of the
-/// runtime ([`check_policies_served`]), validate, then every plugin phase, then put the objects
-/// (plus the runtime snapshot ConfigMap) in apply order.
+/// runtime ([`check_policies_served`]), build the runtime info once, validate
+/// with it, then every plugin phase from it, then put the objects (plus the
+/// runtime snapshot ConfigMap) in apply order.
 pub fn run(
     job: &TrainJob,
     runtime: &RuntimeObject,
@@ -387,8 +433,9 @@ pub fn run(
     let _guard = span.enter();
     check_runtime_ref(job, runtime)?;
     check_policies_served(runtime, plugins)?;
-    let warnings = validate(job, None, runtime, plugins)?;
-    let info = runtime_info_for(job, runtime.spec())?;
+    let info = JobInfo::build(job, runtime)?;
+    let warnings = validate_with(job, None, runtime, plugins, None, &info)?;
+    let info = info.for_phases()?;
     let trainjob = serde_json::to_value(job).map_err(|e| PipelineError::Serialize {
         what: "TrainJob",
         reason: e.to_string(),
@@ -620,6 +667,49 @@ mod tests {
         // Nothing is required of a runtime without policies.
         let plain = runtime(json!({"mlPolicy": {"numNodes": 1}}));
         assert!(run(&job(Value::Null), &plain, &torchless).is_ok());
+    }
+
+    #[test]
+    fn the_info_is_built_once_and_its_merge_problems_stop_the_build() {
+        let rt = runtime(json!({}));
+        // `podTemplateOverrides` naming a job the runtime lacks: the host
+        // reports it in admission.
+        let mut stray = job(Value::Null);
+        stray.spec.pod_template_overrides = Some(
+            serde_json::from_value(json!([{"targetJobs": [{"name": "nope"}],
+                "spec": {"nodeSelector": {"pool": "a"}}}]))
+            .unwrap(),
+        );
+        let set = builtins(&["plugin-jobset"]);
+        let err = run(&stray, &rt, &set).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "trainforge: spec.podTemplateOverrides[0].targetJobs[0].name: \
+                 the runtime has no replicated job \"nope\""
+            ),
+            "{err}"
+        );
+        // A runtime patch naming a job the runtime lacks is left to the
+        // plugins in admission; no plugin reporting it, the build still
+        // refuses it, as `runtime_info_for` would.
+        let patched = job(
+            json!([{"manager": "u", "trainingRuntimeSpec": {"template": {"spec":
+            {"replicatedJobs": [{"name": "nope"}]}}}}]),
+        );
+        let plain = builtins(&["plugin-plainml"]);
+        assert!(validate(&patched, None, &rt, &plain).is_ok());
+        let err = run(&patched, &rt, &plain).unwrap_err();
+        assert!(
+            matches!(&err, PipelineError::Blueprint(BlueprintError::Merge(e))
+                if e.field() == "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].name"),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            trainforge_api::blueprint::runtime_info_for(&patched, rt.spec())
+                .unwrap_err()
+                .to_string()
+        );
     }
 
     #[test]

@@ -278,6 +278,13 @@ impl EngineHandle {
     }
 }
 
+/// `trainforge plugin compile-worker`: compile `input` to `output` with this
+/// runtime's code-generation settings, in a process whose memory is capped
+/// at `memory_bytes` (see [`super::compile::run_worker`]).
+pub fn run_compile_worker(memory_bytes: u64, input: &Path, output: &Path) -> Result<(), String> {
+    super::compile::run_worker(&base_config(), memory_bytes, input, output)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,11 +330,4 @@ mod tests {
         assert_eq!(deadline_ticks(Duration::from_millis(101), t), 12);
         assert_eq!(deadline_ticks(Duration::ZERO, t), 2);
     }
-}
-
-/// `trainforge plugin compile-worker`: compile `input` to `output` with this
-/// runtime's code-generation settings, in a process whose memory is capped
-/// at `memory_bytes` (see [`super::compile::run_worker`]).
-pub fn run_compile_worker(memory_bytes: u64, input: &Path, output: &Path) -> Result<(), String> {
-    super::compile::run_worker(&base_config(), memory_bytes, input, output)
 }

@@ -16,7 +16,6 @@ use syn::visit::Visit;
 
 /// A file of the crate and the module path it defines (`plugin/load.rs` →
 /// `["plugin", "load"]`; `plugin/mod.rs` → `["plugin"]`; `lib.rs` → `[]`).
-
 struct SourceFile {
     rel: String,
     module: Vec<String>,
@@ -193,10 +192,10 @@ impl Crate {
             for glob in &self.globs[at] {
                 let mut full = glob.clone();
                 full.extend(path[k..].iter().cloned());
-                if let Some(f) = self.resolve(&full, depth + 1) {
-                    if !self.files[f].module.starts_with(glob) || f != at {
-                        return Some(f);
-                    }
+                if let Some(f) = self.resolve(&full, depth + 1)
+                    && f != at
+                {
+                    return Some(f);
                 }
             }
             return Some(at);

@@ -39,7 +39,7 @@ pub mod status;
 
 pub(crate) use controller::{Loader, Pin, Tenancy, attempt, restore_with, rises};
 pub use controller::{Options, run, run_with};
-pub(crate) use state::{Attempt, Entry, Serving, Stage};
+pub(crate) use state::{Attempt, Entry, Serving, Stage, StageName};
 pub use state::{PluginCatalog, PluginReport};
 
 /// Field manager of the status writes.

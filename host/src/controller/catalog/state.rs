@@ -14,15 +14,61 @@ use arc_swap::ArcSwap;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::sync::watch;
 use trainforge_api::plugin::{KindRef, Phase};
-use trainforge_api::trainforge::v1alpha1::{ClusterTrainerPluginSpec, DescribedPlugin, reason};
+use trainforge_api::trainforge::v1alpha1::{
+    ClusterTrainerPluginSpec, DescribedPlugin, condition, reason,
+};
 
 use crate::plugin::{LoadedPlugin, ObjectSource, PluginRuntime, PluginSet};
 
-/// Outcome of one stage (`Fetched`, `Verified`, `Compiled`) of an attempt.
+/// A stage of serving a CR's spec: the three of an attempt
+/// ([`StageName::ATTEMPT`]), then `Ready`. Each is written as the condition
+/// of its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StageName {
+    /// The plugin's bytes were fetched.
+    Fetched,
+    /// They match the pinned digest (and a trusted signature, if asked).
+    Verified,
+    /// They compiled into a plugin that describes itself.
+    Compiled,
+    /// A version of the plugin is in service.
+    Ready,
+}
+
+impl StageName {
+    /// The stages of an attempt, in order ([`Attempt::stages`]).
+    pub(crate) const ATTEMPT: [StageName; 3] =
+        [StageName::Fetched, StageName::Verified, StageName::Compiled];
+
+    /// The condition type.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            StageName::Fetched => condition::FETCHED,
+            StageName::Verified => condition::VERIFIED,
+            StageName::Compiled => condition::COMPILED,
+            StageName::Ready => condition::READY,
+        }
+    }
+}
+
+/// How a stage (or another condition of the status) stands, written as
+/// the condition's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StageStatus {
+    /// Passed (for `Degraded`: the current spec failed).
+    True,
+    /// Failed (for `Degraded`: the current spec is serving).
+    False,
+    /// Not reached: an earlier stage failed.
+    Unknown,
+}
+
+/// Outcome of one stage of an attempt ([`StageName::ATTEMPT`]), or of
+/// another condition of the status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Stage {
-    /// `True`, `False` or `Unknown`.
-    pub(crate) status: &'static str,
+    /// How it stands.
+    pub(crate) status: StageStatus,
     /// Condition reason.
     pub(crate) reason: String,
     /// Condition message.
@@ -30,25 +76,28 @@ pub(crate) struct Stage {
 }
 
 impl Stage {
+    /// Passed, with this reason and message.
     pub(crate) fn ok(reason: &str, message: impl Into<String>) -> Self {
         Stage {
-            status: "True",
+            status: StageStatus::True,
             reason: reason.to_owned(),
             message: message.into(),
         }
     }
 
+    /// Failed, with this reason and message.
     pub(crate) fn failed(reason: &str, message: impl Into<String>) -> Self {
         Stage {
-            status: "False",
+            status: StageStatus::False,
             reason: reason.to_owned(),
             message: message.into(),
         }
     }
 
+    /// Not reached: an earlier stage failed.
     pub(crate) fn not_reached() -> Self {
         Stage {
-            status: "Unknown",
+            status: StageStatus::Unknown,
             reason: reason::NOT_REACHED.to_owned(),
             message: "an earlier stage failed".to_owned(),
         }
@@ -60,7 +109,7 @@ impl Stage {
 pub(crate) struct Attempt {
     /// `metadata.generation` attempted.
     pub(crate) generation: i64,
-    /// Fetched, Verified, Compiled.
+    /// The stages of [`StageName::ATTEMPT`], in that order.
     pub(crate) stages: [Stage; 3],
     /// `(reason, message)` when the attempt failed.
     pub(crate) failure: Option<(String, String)>,
@@ -90,6 +139,17 @@ impl Attempt {
             stages: stages(done),
             failure: None,
         }
+    }
+
+    /// The stages of this attempt before `stage` (all of them for
+    /// `Ready`), as they passed or failed: what an attempt failing at
+    /// `stage` for another cause keeps.
+    pub(crate) fn stages_before(&self, stage: StageName) -> Vec<Stage> {
+        let n = StageName::ATTEMPT
+            .iter()
+            .position(|s| *s == stage)
+            .unwrap_or(StageName::ATTEMPT.len());
+        self.stages.iter().take(n).cloned().collect()
     }
 }
 
@@ -422,7 +482,7 @@ impl PluginCatalog {
                     tracing::warn!(reason = %r, message = %m, "last good version not restored");
                 }
                 Err((r, m)) => {
-                    let done = vec![attempt.stages[0].clone(), attempt.stages[1].clone()];
+                    let done = attempt.stages_before(StageName::Compiled);
                     attempt = Attempt::failed(attempt.generation, done, r, m);
                 }
             }
@@ -483,7 +543,7 @@ impl PluginCatalog {
         let done = entry
             .attempt
             .as_ref()
-            .map(|a| vec![a.stages[0].clone(), a.stages[1].clone()])
+            .map(|a| a.stages_before(StageName::Compiled))
             .unwrap_or_default();
         entry.attempt = Some(Attempt::failed(
             generation,
@@ -718,6 +778,40 @@ mod tests {
     }
 
     #[test]
+    fn an_attempt_keeps_the_stages_before_one() {
+        let attempt = Attempt::succeeded(
+            1,
+            vec![
+                Stage::ok(reason::FETCHED, "1 bytes"),
+                Stage::ok(reason::DIGEST_MATCHED, "sha256 aa"),
+                Stage::ok(reason::COMPILED, "plugin p"),
+            ],
+        );
+        assert_eq!(
+            attempt.stages_before(StageName::Compiled),
+            attempt.stages[..2].to_vec()
+        );
+        assert!(attempt.stages_before(StageName::Fetched).is_empty());
+        assert_eq!(
+            attempt.stages_before(StageName::Ready),
+            attempt.stages.to_vec()
+        );
+        let names: Vec<&str> = StageName::ATTEMPT.iter().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["Fetched", "Verified", "Compiled"]);
+        assert_eq!(StageName::Ready.as_str(), "Ready");
+        let failed = Attempt::failed(2, Vec::new(), reason::NOT_FOUND, "gone".into());
+        let statuses: Vec<StageStatus> = failed.stages.iter().map(|s| s.status).collect();
+        assert_eq!(
+            statuses,
+            [
+                StageStatus::False,
+                StageStatus::Unknown,
+                StageStatus::Unknown
+            ]
+        );
+    }
+
+    #[test]
     fn swaps_sort_by_order_then_name_and_refuse_clashes() {
         let c = catalog();
         let jax = serving(&c, "jax", 5);
@@ -753,7 +847,7 @@ mod tests {
         assert!(e.serving.is_none());
         let a = e.attempt.unwrap();
         assert_eq!(a.failure.as_ref().unwrap().0, reason::DUPLICATE_NAME);
-        assert_eq!(a.stages[2].status, "False");
+        assert_eq!(a.stages[2].status, StageStatus::False);
         assert_eq!(names(&c), ["plainml", "jax"]);
         assert_eq!(*rx.borrow(), 2, "no swap");
 

@@ -11,7 +11,7 @@ use trainforge_api::trainforge::v1alpha1::{
     condition, reason,
 };
 
-use super::state::{Entry, Stage};
+use super::state::{Entry, Stage, StageName, StageStatus};
 use super::{Error, FIELD_MANAGER};
 
 /// The status `entry` implies. Conditions whose status did not change keep
@@ -33,11 +33,8 @@ pub(crate) fn desired_with(
     let generation = entry.attempt.as_ref().map(|a| a.generation);
     let mut stages: Vec<(&str, Stage)> = Vec::new();
     if let Some(a) = &entry.attempt {
-        for (t, s) in [condition::FETCHED, condition::VERIFIED, condition::COMPILED]
-            .into_iter()
-            .zip(a.stages.iter())
-        {
-            stages.push((t, s.clone()));
+        for (name, s) in StageName::ATTEMPT.into_iter().zip(a.stages.iter()) {
+            stages.push((name.as_str(), s.clone()));
         }
     }
     let failure = entry.attempt.as_ref().and_then(|a| a.failure.clone());
@@ -64,17 +61,17 @@ pub(crate) fn desired_with(
     };
     let degraded = match &failure {
         Some((r, m)) => Stage {
-            status: "True",
+            status: StageStatus::True,
             reason: r.clone(),
             message: m.clone(),
         },
         None => Stage {
-            status: "False",
+            status: StageStatus::False,
             reason: reason::AS_EXPECTED.to_owned(),
             message: "the current spec is serving".to_owned(),
         },
     };
-    stages.push((condition::READY, ready));
+    stages.push((StageName::Ready.as_str(), ready));
     stages.push((condition::DEGRADED, degraded));
     stages.extend(extra.iter().cloned());
 
@@ -82,13 +79,14 @@ pub(crate) fn desired_with(
     let conditions = stages
         .into_iter()
         .map(|(t, s)| {
+            let status = condition_status(s.status);
             let previous = current
                 .and_then(|c| c.conditions.as_ref())
                 .and_then(|cs| cs.iter().find(|c| c.type_ == t))
-                .filter(|c| c.status == s.status);
+                .filter(|c| c.status == status);
             Condition {
                 type_: t.to_owned(),
-                status: s.status.to_owned(),
+                status: status.to_owned(),
                 reason: s.reason,
                 message: s.message,
                 observed_generation: generation,
@@ -105,6 +103,15 @@ pub(crate) fn desired_with(
         observed_generation: generation,
         last_error: failure.map(|(_, m)| m),
         plugin: entry.serving.as_ref().map(|s| s.described.clone()),
+    }
+}
+
+/// The condition status a stage is written as.
+fn condition_status(status: StageStatus) -> &'static str {
+    match status {
+        StageStatus::True => "True",
+        StageStatus::False => "False",
+        StageStatus::Unknown => "Unknown",
     }
 }
 

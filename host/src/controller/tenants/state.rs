@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use trainforge_api::plugin::{KindRef, Phase};
 
-use crate::controller::catalog::{Entry, Serving};
+use crate::controller::catalog::{Entry, Serving, StageName};
 use crate::plugin::{LoadedPlugin, PluginSet};
 
 /// How long after start TrainJobs wait, at most, for the first list of
@@ -217,7 +217,7 @@ impl TenantPlugins {
                     .entry
                     .attempt
                     .as_ref()
-                    .map(|a| vec![a.stages[0].clone(), a.stages[1].clone()])
+                    .map(|a| a.stages_before(StageName::Compiled))
                     .unwrap_or_default();
                 let generation = e.entry.attempt.as_ref().map_or(0, |a| a.generation);
                 e.entry.attempt = Some(crate::controller::catalog::Attempt::failed(

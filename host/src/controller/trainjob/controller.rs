@@ -141,7 +141,7 @@ fn reconciled_state(job: &TrainJob) -> Option<u64> {
 }
 
 /// Run the TrainJob controller until `shutdown`. `triggers` carries the
-/// TrainJobs whose child objects changed (from [`ObjectCache`]), batched
+/// TrainJobs whose child objects changed (from [`ObjectCache`](super::ObjectCache)), batched
 /// by `settings.child_batch` ([`batch`]).
 pub async fn run(
     ctx: Arc<Context>,

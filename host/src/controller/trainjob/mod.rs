@@ -32,6 +32,7 @@ pub mod batch;
 pub mod conditions;
 mod context;
 mod controller;
+pub mod decide;
 pub mod events;
 pub mod legacy;
 pub mod objects;

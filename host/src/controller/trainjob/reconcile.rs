@@ -1,4 +1,10 @@
-//! One reconcile of one TrainJob, as four typed steps:
+//! One reconcile of one TrainJob, as a chain of named steps (`Reconcile::run`,
+//! one method each):
+//!
+//! First the **gate** (a job managed by another controller is left alone,
+//! v2.1 override fields move into a runtime patch, an unsupported runtime
+//! fails the job), then the job's **plugin set** (the cluster's plugins
+//! with its namespace's tenant plugins that apply); then
 //!
 //! 1. **resolve** the runtime through its snapshot ([`snapshot`]);
 //! 2. **build** the objects: the pure [`pipeline`](crate::pipeline) with the
@@ -6,9 +12,12 @@
 //!    `build`, nothing is built (the TrainJob gets `PluginsReady=False` and
 //!    a Warning Event instead: [`serving`]);
 //! 3. **apply** every object (server-side apply; objects already as desired
-//!    are not written);
-//! 4. **status**: `Suspended`, the status plugin's view, the active
-//!    deadline, `PluginsReady`; written as a merge patch only when changed.
+//!    are not written), then **report** a failure of steps 1–3;
+//! 4. **status**: `Suspended`, the status plugin's view, then the pure
+//!    decision ([`decide`]: the remembered deadline, `PluginsReady`,
+//!    `Blocked`, `RuntimePatchesIgnored`, the active deadline, when to come
+//!    back); written as a merge patch only when changed, then announced as
+//!    Events.
 //!
 //! Build and apply run only for unfinished jobs (no `Complete=True` or
 //! `Failed=True`). A failure of steps 1–3 (other than missing plugins)
@@ -37,6 +46,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -52,7 +62,8 @@ use trainforge_api::trainer::v1alpha1::{TrainJob, TrainJobStatus};
 
 use super::apply::ApplyError as ApplyStepError;
 use super::apply::{self, ApplyError, Outcome};
-use super::conditions::{self, ConditionStatus, Deadline, StatusError};
+use super::conditions::{self, ConditionStatus, StatusError};
+use super::decide::{self, Decision, Stuck};
 use super::events::{self, ACTION_RECONCILING, EventType, REASON_CREATION_FAILED};
 use super::legacy;
 use super::objects::ObjectsError;
@@ -185,19 +196,6 @@ pub const ANNOTATION_RUNTIME_PATCHES_HASH: &str = "trainforge.dev/runtime-patche
 
 /// Reason of the Warning Event for a `runtimePatches` edit of a running job.
 pub const EVENT_RUNTIME_PATCHES_IGNORED: &str = conditions::REASON_RUNTIME_PATCHES_CHANGED;
-
-/// What a failure of steps 1–3 says about the TrainJob.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stuck {
-    /// Invalid and never built: terminal `Failed=True/InvalidTrainJob` with
-    /// this message.
-    Invalid(String),
-    /// Cannot be built or applied for now: `Blocked=True` with this reason
-    /// and message.
-    Blocked(&'static str, String),
-    /// Transient: no condition change.
-    Transient,
-}
 
 /// Whether an API status code is a refusal that retrying the same request
 /// does not change (4xx other than conflicts and throttling).
@@ -332,6 +330,7 @@ pub async fn reconcile(job: Arc<TrainJob>, ctx: Arc<Context>) -> Result<Action, 
         ns: &ns,
         name: &name,
         writes: 0,
+        failure: None,
     }
     .run()
     .instrument(span)
@@ -353,7 +352,10 @@ struct Reconcile<'a> {
     ctx: &'a Context,
     ns: &'a str,
     name: &'a str,
+    /// API writes made (Events included).
     writes: u32,
+    /// The first failure of a step ([`keep_first`]).
+    failure: Option<ReconcileError>,
 }
 
 /// A runtime info as the JSON the status call is given (and the render
@@ -365,6 +367,64 @@ fn info_json(info: &Info) -> Result<Arc<str>, PipelineError> {
             what: "runtime info",
             reason: e.to_string(),
         })
+}
+
+/// What [`Reconcile::gate`] decided.
+enum Gate {
+    /// Nothing more this time: answer with this.
+    Stop(Action),
+    /// Reconcile on, from this stored status.
+    Go(TrainJobStatus),
+}
+
+/// What the reconcile saw before acting ([`Reconcile::observe`]).
+struct Seen {
+    /// The status as stored.
+    old: TrainJobStatus,
+    /// Now, at second precision: the time of every condition this
+    /// reconcile changes.
+    now: Time,
+    /// `Complete=True` or `Failed=True`: nothing is built or applied.
+    finished: bool,
+    /// `spec.suspend`.
+    suspended: bool,
+    /// The TrainJob's JobSet from the watch cache, as JSON.
+    jobset: Option<Value>,
+    /// The TrainJob's [`runtime_patches_hash`].
+    patches_hash: String,
+    /// The hash the running JobSet was built from, while the TrainJob's
+    /// patches differ from it.
+    diverged: Option<String>,
+}
+
+/// The plugins a job is built and its status read with
+/// ([`Reconcile::plugin_set`]).
+struct JobPlugins {
+    /// The cluster's set, with the namespace's tenant plugins that apply
+    /// (the cluster's alone when they cannot join).
+    set: Arc<PluginSet>,
+    /// The tenant plugins that joined, or why they cannot (a clash).
+    tenants: Result<Vec<TenantRef>, crate::controller::tenants::ComposeError>,
+    /// The namespace's permit, held until the reconcile ends.
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Why the set cannot serve TrainJobs (asked for unfinished jobs only).
+    not_serving: Option<NotServing>,
+}
+
+/// What steps 1–3 said about the job ([`Reconcile::verdict`]).
+struct Verdict {
+    /// What their failure means for the job (none: no failure).
+    stuck: Option<Stuck>,
+    /// The build's refusal when a runtime policy is served by no plugin.
+    policy_problem: Option<String>,
+}
+
+/// The status the decision starts from ([`Reconcile::plugin_view`]).
+struct Viewed {
+    /// The stored status with `Suspended`, then the status plugin's view.
+    status: TrainJobStatus,
+    /// The status plugin's view was not available yet.
+    retry_soon: bool,
 }
 
 /// Step 1's result: the runtime, and whether its snapshot already exists.
@@ -481,7 +541,52 @@ impl Reconcile<'_> {
         }
     }
 
+    /// One reconcile as its chain of steps. A failure of resolve, build or
+    /// apply does not stop the chain: the status step still runs, and the
+    /// first failure is the reconcile's result; without one, the reconcile
+    /// comes back when the decision says.
     async fn run(mut self) -> Result<Action, ReconcileError> {
+        let old = match self.gate().await? {
+            Gate::Stop(action) => return Ok(action),
+            Gate::Go(old) => old,
+        };
+        let seen = self.observe(old);
+        let Some(plugins) = self.plugin_set(seen.finished) else {
+            return Ok(Action::requeue(tenant_retry()));
+        };
+        let resolved = self.resolve().await;
+        let info = self
+            .build_and_apply(&seen, &plugins, resolved.as_ref())
+            .await;
+        self.report_failure(&plugins).await;
+        let verdict = self.verdict(&seen, resolved.as_ref());
+        let viewed = self
+            .plugin_view(&seen, &plugins, resolved.as_ref(), info, &verdict)
+            .await;
+        let (status, decision) = self.decide_status(&seen, &plugins, &verdict, viewed);
+        if decision.delete_jobset {
+            self.delete_jobset().await;
+        }
+        self.write_and_announce(&seen, &status).await;
+        self.count_noop();
+        match self.failure {
+            Some(e) => Err(e),
+            None => Ok(Action::requeue(decision.requeue)),
+        }
+    }
+
+    /// Whether this controller reconciles the job, and in which form:
+    /// - a job managed by another controller (`spec.managedBy`) is left
+    ///   alone;
+    /// - an unfinished job's v2.1 override fields move into a runtime patch
+    ///   first, so that no client with newer types can drop them; the
+    ///   rewrite's watch event reconciles the TrainJob again;
+    /// - a job whose runtime kind is not supported gets upstream's terminal
+    ///   `Failed=True/TrainingRuntimeNotSupported` (and a Warning Event when
+    ///   that is new), and nothing more.
+    ///
+    /// Otherwise the reconcile goes on from the stored status.
+    async fn gate(&mut self) -> Result<Gate, ReconcileError> {
         let job = self.job;
         if let Some(m) = job
             .spec
@@ -490,29 +595,24 @@ impl Reconcile<'_> {
             .filter(|m| *m != MANAGED_BY_TRAINJOB_CONTROLLER)
         {
             info!(managed_by = %m, "managed by another controller: left alone");
-            return Ok(Action::await_change());
+            return Ok(Gate::Stop(Action::await_change()));
         }
         let old = job.status.clone().unwrap_or_default();
-        // The v2.1 override fields move into a runtime patch first, so that
-        // no client with newer types can drop them; the rewrite's watch
-        // event reconciles the TrainJob again.
         if !conditions::is_finished(&old)
             && legacy::convert(self.ctx, job).await == legacy::Outcome::Rewritten
         {
             self.writes += 1;
-            return Ok(Action::await_change());
+            return Ok(Gate::Stop(Action::await_change()));
         }
-        let mut status = old.clone();
-        let now = conditions::now();
-
         if let Err(e) = snapshot::check_supported(job) {
+            let mut status = old.clone();
             conditions::set(
                 &mut status,
                 CONDITION_FAILED,
                 ConditionStatus::True,
                 REASON_TRAINING_RUNTIME_NOT_SUPPORTED,
                 &e.to_string(),
-                &now,
+                &conditions::now(),
             );
             if old != status {
                 warn!(error = %e, "unsupported runtime");
@@ -524,209 +624,272 @@ impl Reconcile<'_> {
                 .await;
             }
             self.write_status(&old, &status).await?;
-            return Ok(Action::await_change());
+            return Ok(Gate::Stop(Action::await_change()));
         }
+        Ok(Gate::Go(old))
+    }
 
+    /// What the job and its JobSet (from the watch cache) look like now.
+    /// Only an unfinished job's patches can diverge
+    /// ([`patches_divergence`]).
+    fn observe(&self, old: TrainJobStatus) -> Seen {
         let finished = conditions::is_finished(&old);
-        // The cluster's plugins with the tenant plugins of the job's
-        // namespace that apply to it. A job with tenant plugins holds one
-        // of its namespace's permits while it reconciles; when they are
-        // all taken it comes back shortly, leaving the worker to others.
-        let (plugins, composed, _permit) = match self.tenant_set() {
-            TenantSet::Set(set, composed, permit) => (set, composed, permit),
-            TenantSet::Busy => {
-                debug!(
-                    "the namespace's tenant plugins are busy or still loading: retrying shortly"
-                );
-                return Ok(Action::requeue(tenant_retry()));
-            }
-        };
-        // Only an unfinished job needs objects, so only it needs a set that
-        // can serve.
-        let not_serving = if finished {
-            None
-        } else {
-            self.ctx.plugins.not_serving(&plugins)
-        };
-        let suspended = job.spec.suspend.unwrap_or(false);
+        let suspended = self.job.spec.suspend.unwrap_or(false);
         let jobset = self.live_jobset();
-        let jobset_running = jobset.as_ref().is_some_and(|j| !is_suspended(j));
-        let patches_hash = runtime_patches_hash(job);
+        let patches_hash = runtime_patches_hash(self.job);
         let diverged = if finished {
             None
         } else {
             patches_divergence(suspended, jobset.as_ref(), &patches_hash)
         };
-        let mut failure: Option<ReconcileError> = None;
+        Seen {
+            old,
+            now: conditions::now(),
+            finished,
+            suspended,
+            jobset,
+            patches_hash,
+            diverged,
+        }
+    }
 
-        // 1. Resolve.
-        let resolved = match self.resolve_runtime().await {
-            Ok(r) => Some(r),
-            Err(e) => {
-                failure = Some(ReconcileError::Resolve(e));
-                None
+    /// The plugin set for this job: the cluster's, with the tenant plugins
+    /// of its namespace that apply to it. A job with tenant plugins holds
+    /// one of its namespace's permits while it reconciles; when they are
+    /// all taken (or its tenant plugins are still loading after a start)
+    /// there is none, and the job comes back shortly, leaving the worker to
+    /// others. Only an unfinished job needs objects, so only it needs a set
+    /// that can serve.
+    fn plugin_set(&self, finished: bool) -> Option<JobPlugins> {
+        let (set, tenants, permit) = match self.tenant_set() {
+            TenantSet::Set(set, composed, permit) => (set, composed, permit),
+            TenantSet::Busy => {
+                debug!(
+                    "the namespace's tenant plugins are busy or still loading: retrying shortly"
+                );
+                return None;
             }
         };
-        let built_before = jobset.is_some() || resolved.as_ref().is_some_and(|r| r.has_snapshot);
-        // 2. Build and 3. apply (nothing while runtimePatches diverge from
-        // those the running objects were built from).
-        let mut info: Option<Arc<str>> = None;
-        if let (false, Some(r)) = (finished, &resolved) {
-            if let Some(recorded) = &diverged {
-                warn!(%recorded, current = %patches_hash, "spec.runtimePatches changed while running: ignored, nothing built");
-            } else if let Err(e) = &composed {
-                failure = Some(ReconcileError::TenantPlugins(e.clone()));
-            } else {
-                match self
-                    .build_and_apply(r, &plugins, not_serving.as_ref(), &patches_hash)
-                    .await
-                {
-                    Ok(i) => info = Some(i),
-                    Err(e) => failure = Some(e),
-                }
+        let not_serving = if finished {
+            None
+        } else {
+            self.ctx.plugins.not_serving(&set)
+        };
+        Some(JobPlugins {
+            set,
+            tenants,
+            _permit: permit,
+            not_serving,
+        })
+    }
+
+    /// Step 1: the runtime ([`Self::resolve_runtime`]). Its failure is
+    /// kept, and the chain goes on without a runtime.
+    async fn resolve(&mut self) -> Option<Resolved> {
+        match self.resolve_runtime().await {
+            Ok(r) => Some(r),
+            Err(e) => {
+                self.fail(ReconcileError::Resolve(e));
+                None
             }
         }
-        if let Some(e) = failure.as_ref().filter(|e| e.is_creation_failure()) {
-            warn!(step = e.reason(), error = %e, "TrainJob resources reconciliation failed");
+    }
+
+    /// Steps 2 and 3, only for an unfinished job whose runtime resolved:
+    /// nothing while its `runtimePatches` diverge from those its running
+    /// objects were built from; a clash of its namespace's tenant plugins
+    /// fails the build; otherwise build (or reuse the last render) and
+    /// apply ([`Self::build_or_reuse`]). The runtime info the plugin phases
+    /// produced, when they ran; a failure is kept.
+    async fn build_and_apply(
+        &mut self,
+        seen: &Seen,
+        plugins: &JobPlugins,
+        resolved: Option<&Resolved>,
+    ) -> Option<Arc<str>> {
+        let resolved = resolved.filter(|_| !seen.finished)?;
+        if let Some(recorded) = &seen.diverged {
+            warn!(%recorded, current = %seen.patches_hash, "spec.runtimePatches changed while running: ignored, nothing built");
+            return None;
+        }
+        if let Err(e) = &plugins.tenants {
+            self.fail(ReconcileError::TenantPlugins(e.clone()));
+            return None;
+        }
+        match self
+            .build_or_reuse(
+                resolved,
+                &plugins.set,
+                plugins.not_serving.as_ref(),
+                &seen.patches_hash,
+            )
+            .await
+        {
+            Ok(info) => Some(info),
+            Err(e) => {
+                self.fail(e);
+                None
+            }
+        }
+    }
+
+    /// Tell of a failure of steps 1–3: a creation failure (resolve, build,
+    /// apply) is logged and gets upstream's Warning Event
+    /// `TrainJobResourcesCreationFailed`, and one on the `TrainerPlugin`
+    /// whose tenant plugin made it; missing plugins are logged (their
+    /// condition tells the user).
+    async fn report_failure(&mut self, plugins: &JobPlugins) {
+        let Some(failure) = self.failure.take() else {
+            return;
+        };
+        if failure.is_creation_failure() {
+            warn!(step = failure.reason(), error = %failure, "TrainJob resources reconciliation failed");
             self.publish(
                 EventType::Warning,
                 REASON_CREATION_FAILED,
-                events::creation_failed_note(&e.to_string()),
+                events::creation_failed_note(&failure.to_string()),
             )
             .await;
-            if let Ok(tenants) = &composed {
-                self.report_tenant_failure(tenants, e).await;
+            if let Ok(tenants) = &plugins.tenants {
+                self.report_tenant_failure(tenants, &failure).await;
             }
         }
         match &failure {
-            Some(ReconcileError::NoServingPlugins(n)) => {
+            ReconcileError::NoServingPlugins(n) => {
                 warn!(reason = %n, "no plugin set can serve TrainJobs: nothing built");
             }
-            Some(ReconcileError::PolicyNotServed { keys, message }) => {
+            ReconcileError::PolicyNotServed { keys, message } => {
                 warn!(?keys, %message, "a runtime policy is served by no plugin: nothing built");
             }
             _ => {}
         }
-        // What steps 1–3 say about the job, before the status step adds
-        // failures of its own.
-        let build_stuck = failure.as_ref().map(|e| stuck(e, built_before));
-        let policy_problem = match &failure {
-            Some(ReconcileError::PolicyNotServed { message, .. }) => Some(message.clone()),
-            _ => None,
+        self.failure = Some(failure);
+    }
+
+    /// What the failure of steps 1–3 says about the job ([`stuck`]), taken
+    /// before the status step adds failures of its own. The job was built
+    /// before when its JobSet or its runtime snapshot exists.
+    fn verdict(&self, seen: &Seen, resolved: Option<&Resolved>) -> Verdict {
+        let built_before = seen.jobset.is_some() || resolved.is_some_and(|r| r.has_snapshot);
+        Verdict {
+            stuck: self.failure.as_ref().map(|e| stuck(e, built_before)),
+            policy_problem: match &self.failure {
+                Some(ReconcileError::PolicyNotServed { message, .. }) => Some(message.clone()),
+                _ => None,
+            },
+        }
+    }
+
+    /// Step 4's first part: `Suspended` ([`decide::suspend`]), then the
+    /// status plugin's view of that status ([`Self::plugin_status`]) when
+    /// the runtime resolved and the job is not invalid
+    /// ([`decide::reads_plugin_status`]). A view not available yet brings
+    /// the reconcile back soon; a failing status plugin changes nothing
+    /// and its failure is kept.
+    async fn plugin_view(
+        &mut self,
+        seen: &Seen,
+        plugins: &JobPlugins,
+        resolved: Option<&Resolved>,
+        info: Option<Arc<str>>,
+        verdict: &Verdict,
+    ) -> Viewed {
+        let mut viewed = Viewed {
+            status: decide::suspend(&seen.old, seen.suspended, &seen.now),
+            retry_soon: false,
         };
+        let Some(resolved) =
+            resolved.filter(|_| decide::reads_plugin_status(verdict.stuck.as_ref(), &seen.old))
+        else {
+            return viewed;
+        };
+        match self
+            .plugin_status(resolved, &viewed.status, info, plugins.set.clone())
+            .await
+        {
+            Ok(PluginStatus::New(s)) => viewed.status = s,
+            Ok(PluginStatus::Unchanged) => {}
+            Ok(PluginStatus::NotYet(why)) => {
+                debug!(%why, "status not available yet (e.g. the JobSet is not in the cache yet)");
+                viewed.retry_soon = true;
+            }
+            Err(e) => self.fail(e),
+        }
+        viewed
+    }
 
-        // 4. Status: Suspended, then the status plugin (it starts from the
-        // status so far), the remembered deadline, the extensions.
-        conditions::apply_suspend(&mut status, suspended, &now);
-        let remembered = conditions::deadline_exceeded(&old);
-        let mut retry_soon = false;
-        // An invalid job was never built: there is no status to read (and
-        // its runtime info cannot be built).
-        let invalid = matches!(build_stuck, Some(Stuck::Invalid(_)))
-            || conditions::find(&old, CONDITION_FAILED)
-                .is_some_and(|c| c.reason == conditions::REASON_INVALID_TRAINJOB);
-        if let (Some(r), false) = (&resolved, invalid) {
-            match self.plugin_status(r, &status, info, plugins).await {
-                Ok(PluginStatus::New(s)) => status = s,
-                Ok(PluginStatus::Unchanged) => {}
-                Ok(PluginStatus::NotYet(why)) => {
-                    debug!(%why, "status not available yet (e.g. the JobSet is not in the cache yet)");
-                    retry_soon = true;
-                }
-                Err(e) => keep_first(&mut failure, e),
-            }
-        }
-        if let Some(c) = remembered {
-            conditions::restore(&mut status, c);
-        }
-        match (&not_serving, &policy_problem, &build_stuck) {
-            (Some(n), _, _) => {
-                let message = n.to_string();
-                conditions::set_plugins_problem(
-                    &mut status,
-                    Some((conditions::REASON_NO_SERVING_PLUGINS, &message)),
-                    &now,
-                );
-            }
-            (None, Some(message), _) => conditions::set_plugins_problem(
-                &mut status,
-                Some((conditions::REASON_POLICY_NOT_SERVED, message)),
-                &now,
-            ),
-            // Not known this time (the runtime could not be read).
-            (None, None, Some(Stuck::Transient)) => {}
-            (None, None, _) => conditions::set_plugins_problem(&mut status, None, &now),
-        }
-        if !finished {
-            match &build_stuck {
-                Some(Stuck::Invalid(message)) => {
-                    conditions::fail_invalid(&mut status, message, &now);
-                    conditions::set_blocked(&mut status, None, &now);
-                }
-                Some(Stuck::Blocked(reason, message)) if !jobset_running => {
-                    conditions::set_blocked(&mut status, Some((reason, message)), &now);
-                }
-                Some(Stuck::Transient) => {}
-                Some(Stuck::Blocked(..)) | None => {
-                    conditions::set_blocked(&mut status, None, &now);
-                }
-            }
-            let ignored = diverged
-                .as_deref()
-                .map(|recorded| patches_ignored_message(recorded, &patches_hash));
-            conditions::set_runtime_patches_ignored(&mut status, ignored.as_deref(), &now);
-        } else {
-            conditions::set_blocked(&mut status, None, &now);
-        }
+    /// Step 4's decision: [`decide::decide`] on what this reconcile saw and
+    /// did (pure).
+    fn decide_status(
+        &self,
+        seen: &Seen,
+        plugins: &JobPlugins,
+        verdict: &Verdict,
+        viewed: Viewed,
+    ) -> (TrainJobStatus, Decision) {
+        let not_serving = plugins.not_serving.as_ref().map(ToString::to_string);
+        let patches_ignored = seen
+            .diverged
+            .as_deref()
+            .map(|recorded| patches_ignored_message(recorded, &seen.patches_hash));
+        decide::decide(decide::Input {
+            old: &seen.old,
+            viewed: viewed.status,
+            finished: seen.finished,
+            suspended: seen.suspended,
+            jobset_running: seen.jobset.as_ref().is_some_and(|j| !is_suspended(j)),
+            not_serving: not_serving.as_deref(),
+            policy_problem: verdict.policy_problem.as_deref(),
+            build: verdict.stuck.as_ref(),
+            patches_ignored: patches_ignored.as_deref(),
+            now: &seen.now,
+            created: self.job.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            active_deadline_seconds: self.job.spec.active_deadline_seconds,
+            resync: self.ctx.settings.resync,
+            retry_soon: viewed.retry_soon,
+        })
+    }
 
-        // The active deadline.
-        let created = job.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        let mut requeue = self.ctx.settings.resync;
-        match conditions::deadline(
-            job.spec.active_deadline_seconds,
-            job.spec.suspend.unwrap_or(false),
-            created,
-            &status,
-            now.0,
-        ) {
-            Deadline::None => {}
-            Deadline::Remaining(left) => requeue = requeue.min(left),
-            Deadline::Exceeded => {
-                conditions::fail_deadline(&mut status, &now);
-                self.delete_jobset().await;
+    /// Step 4's write ([`Self::write_status`]: only when the status
+    /// changed), then, once written, what it tells: an Event per condition
+    /// transition, the `RuntimePatchesIgnored` Warning once per distinct
+    /// edit, and, while the patches agree, that the edit reported is over.
+    /// A failed write is kept, and nothing is told.
+    async fn write_and_announce(&mut self, seen: &Seen, status: &TrainJobStatus) {
+        let transitions = conditions::transitions(&seen.old, status);
+        let patches_event = patches_ignored_news(&seen.old, status);
+        if let Err(e) = self.write_status(&seen.old, status).await {
+            self.fail(e);
+            return;
+        }
+        for t in &transitions {
+            if let Some((event_type, reason, note)) = events::for_transition(t) {
+                self.publish(event_type, &reason, note).await;
             }
         }
-        if retry_soon {
-            requeue = requeue.min(Duration::from_secs(2));
+        if let Some(note) =
+            patches_event.filter(|_| self.ctx.report_patches_once(self.job, &seen.patches_hash))
+        {
+            self.publish(EventType::Warning, EVENT_RUNTIME_PATCHES_IGNORED, note)
+                .await;
         }
+        if seen.diverged.is_none() {
+            self.ctx.patches_agree(self.job);
+        }
+    }
 
-        let transitions = conditions::transitions(&old, &status);
-        let patches_event = patches_ignored_news(&old, &status);
-        if let Err(e) = self.write_status(&old, &status).await {
-            keep_first(&mut failure, e);
-        } else {
-            for t in &transitions {
-                if let Some((event_type, reason, note)) = events::for_transition(t) {
-                    self.publish(event_type, &reason, note).await;
-                }
-            }
-            if let Some(note) =
-                patches_event.filter(|_| self.ctx.report_patches_once(job, &patches_hash))
-            {
-                self.publish(EventType::Warning, EVENT_RUNTIME_PATCHES_IGNORED, note)
-                    .await;
-            }
-            if diverged.is_none() {
-                self.ctx.patches_agree(job);
-            }
-        }
+    /// A reconcile that wrote nothing (no object, status or Event) counts
+    /// as a no-op resync.
+    fn count_noop(&self) {
         if self.writes == 0 {
             self.ctx.metrics.noop_resync();
         }
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(Action::requeue(requeue)),
-        }
+    }
+
+    /// Keep `error` as the reconcile's failure unless one is kept already
+    /// (then it is only logged).
+    fn fail(&mut self, error: ReconcileError) {
+        keep_first(&mut self.failure, error);
     }
 
     /// Publish an Event on the TrainJob (counted as a write when written).
@@ -804,10 +967,10 @@ impl Reconcile<'_> {
             .and_then(|o| serde_json::to_value(o.as_ref()).ok())
     }
 
-    /// Steps 2 and 3; the info the plugin phases produced. Every JobSet
-    /// applied records `patches_hash`. The last render is reused when
-    /// nothing it depends on changed (see [`super::render_memo`]).
-    async fn build_and_apply(
+    /// Steps 2 and 3 proper; the info the plugin phases produced. Every
+    /// JobSet applied records `patches_hash`. The last render is reused
+    /// when nothing it depends on changed (see [`super::render_memo`]).
+    async fn build_or_reuse(
         &mut self,
         resolved: &Resolved,
         plugins: &Arc<PluginSet>,
@@ -1019,6 +1182,8 @@ impl Reconcile<'_> {
         }
     }
 
+    /// Delete the TrainJob's JobSet (its active deadline was exceeded); a
+    /// JobSet already gone is fine, another failure is only logged.
     async fn delete_jobset(&mut self) {
         let kind = jobset_kind();
         let Ok((resource, _)) = self.ctx.objects.resource(&kind).await else {

@@ -1,0 +1,86 @@
+//! The flags of `trainforge operator`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+/// Flags of `trainforge operator`.
+#[derive(Debug, Clone, Args)]
+pub struct OperatorArgs {
+    /// Run only while holding the `trainforge-operator` Lease (for more than one replica).
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Namespace of the Lease (default: `$POD_NAMESPACE`, else `trainforge-system`).
+    #[arg(long)]
+    pub lease_namespace: Option<String>,
+    /// Where `/metrics` is served (`0` disables).
+    #[arg(long, default_value = ":8080")]
+    pub metrics_bind_address: String,
+    /// Where `/healthz` and `/readyz` are served (`0` disables).
+    #[arg(long, default_value = ":8081")]
+    pub health_probe_bind_address: String,
+    /// Directory for precompiled plugin artifacts (none: compile in memory).
+    #[arg(long)]
+    pub plugin_cache_dir: Option<PathBuf>,
+    /// Precompiled builtin plugins shipped with the binary
+    /// (`trainforge plugin precompile --out DIR`), read before compiling
+    /// anything; default `trainforge-artifacts` next to the executable when
+    /// that directory exists.
+    #[arg(long, conflicts_with = "no_plugin_artifacts")]
+    pub plugin_artifacts_dir: Option<PathBuf>,
+    /// Compile every plugin, ignoring shipped artifacts.
+    #[arg(long)]
+    pub no_plugin_artifacts: bool,
+    /// Serve the builtin plugin set and ignore `ClusterTrainerPlugin`s.
+    #[arg(long)]
+    pub builtin_plugins: bool,
+    /// Reconcile every TrainJob at least this often (seconds).
+    #[arg(long, default_value_t = 600)]
+    pub resync_seconds: u64,
+    /// TrainJobs reconciled at once.
+    #[arg(long, default_value_t = 5)]
+    pub concurrency: u16,
+    /// Changes of a TrainJob's child objects (its JobSet's status, …)
+    /// within this many milliseconds trigger one reconcile, so one status
+    /// write (0: one per change).
+    #[arg(long, default_value_t = 1000)]
+    pub child_batch_ms: u64,
+    /// Watch TrainJobs of this namespace only.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Deadline of compiling one plugin component (seconds; the compiler
+    /// runs in a child process that is killed when it passes).
+    #[arg(long, default_value_t = 60)]
+    pub plugin_compile_timeout_seconds: u64,
+    /// Memory the compiler of one plugin component may use (MiB).
+    #[arg(long, default_value_t = 1024)]
+    pub plugin_compile_memory_mib: u64,
+    /// A network (CIDR) `https://` plugin sources may reach although it is
+    /// loopback, link-local, private or otherwise special (repeatable; e.g.
+    /// an in-cluster file server's Service network). Public addresses are
+    /// always allowed.
+    #[arg(long = "plugin-fetch-allow-cidr", value_name = "CIDR")]
+    pub plugin_fetch_allow_cidrs: Vec<ipnet::IpNet>,
+    /// CA certificates (PEM) trusted for `https://` plugin sources and
+    /// `oci://` registries besides the system's.
+    #[arg(long)]
+    pub plugin_fetch_ca_file: Option<PathBuf>,
+    /// A registry (`host[:port]`) `oci://` plugin sources are pulled from
+    /// over plain HTTP instead of HTTPS (repeatable; development and
+    /// in-cluster registries). Its address must still be allowed.
+    #[arg(long = "plugin-registry-plain-http", value_name = "HOST[:PORT]")]
+    pub plugin_registry_plain_http: Vec<String>,
+    /// Refuse every plugin that is not builtin unless a key of its
+    /// `spec.verification` signed it (a spec without one is refused with
+    /// `SignatureRequired`).
+    #[arg(long)]
+    pub require_plugin_signatures: bool,
+    /// TrainJobs of one namespace reconciled at once when tenant plugins
+    /// (`TrainerPlugin`s) apply to them: a namespace with slow plugins
+    /// never holds more reconcile workers than this.
+    #[arg(long, default_value_t = 1)]
+    pub tenant_concurrency: u16,
+    /// The admission webhooks.
+    #[command(flatten)]
+    pub admission: crate::admission::serve::AdmissionArgs,
+}
