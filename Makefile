@@ -59,12 +59,15 @@ demo: preflight controlplane
 # run as one process per module (testenv/by-module.sh): each module keeps
 # its control plane and operator to itself. Both runs go to the end; either
 # failing fails the target.
+# Two modules at a time: each spends most of its time waiting on its
+# control plane and operator, so two share the 2 cores of a CI machine.
+BY_MODULE_JOBS ?= 2
 TEST_ENV := TRAINFORGE_TESTENV_REQUIRED=1 TRAINFORGE_SDK_VENV="$(abspath $(TARGET_DIR)/sdk-venv)"
 test: preflight-tests controlplane
 	testenv/sdk/venv.sh "$(TARGET_DIR)/sdk-venv"
 	rc=0; \
 	$(TEST_ENV) $(CARGO) test --workspace --no-fail-fast || rc=1; \
-	$(TEST_ENV) CARGO="$(CARGO)" testenv/by-module.sh cluster || rc=1; \
+	$(TEST_ENV) CARGO="$(CARGO)" BY_MODULE_JOBS=$(BY_MODULE_JOBS) testenv/by-module.sh cluster || rc=1; \
 	exit $$rc
 
 # The operator is built in release (BENCH_PROFILE) with its builtins

@@ -40,26 +40,57 @@ mapfile -t NAMES < <(cd "$DIR" && "$EXE" --list --format terse | sed -n 's/: tes
 mapfile -t MODULES < <(printf '%s\n' "${NAMES[@]}" | sed 's/::.*//' | awk '!seen[$0]++')
 if [[ $# -gt 0 ]]; then MODULES=("$@"); fi
 
+# One module: its tests in a process of its own, output to $OUT/<module>.
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/by-module.XXXXXX")
+trap 'rm -rf "$OUT"' EXIT
+run_module() {
+  local module=$1 start rc=0
+  local -a tests
+  mapfile -t tests < <(printf '%s\n' "${NAMES[@]}" | grep "^$module::" || true)
+  start=$(date +%s)
+  {
+    if [[ ${#tests[@]} -eq 0 ]]; then
+      echo "by-module: $TEST has no module $module"
+      rc=1
+    else
+      echo "     Running $TEST, module $module (${#tests[@]} tests)"
+      (cd "$DIR" && "$EXE" --exact "${tests[@]}" "${EXTRA[@]}") 2>&1 || rc=$?
+    fi
+    echo "     $TEST, module $module: $(($(date +%s) - start))s, exit $rc"
+  } >"$OUT/$module.log"
+  echo "$rc" >"$OUT/$module.rc"
+}
+
+# BY_MODULE_JOBS modules at a time (default 1: one after the other, as
+# separate test binaries ran); each module's output is printed when it ends.
+JOBS=${BY_MODULE_JOBS:-1}
+declare -A printed=()
+print_done() {
+  local m
+  for m in "${MODULES[@]}"; do
+    if [[ -f $OUT/$m.rc && -z ${printed[$m]:-} ]]; then
+      cat "$OUT/$m.log"
+      printed[$m]=1
+    fi
+  done
+}
+for module in "${MODULES[@]}"; do
+  while (($(jobs -rp | wc -l) >= JOBS)); do
+    wait -n || true
+    print_done
+  done
+  run_module "$module" &
+done
+wait || true
+print_done
+
 passed=0 failed=0 ignored=0 failed_modules=()
 for module in "${MODULES[@]}"; do
-  mapfile -t tests < <(printf '%s\n' "${NAMES[@]}" | grep "^$module::" || true)
-  if [[ ${#tests[@]} -eq 0 ]]; then
-    echo "by-module: $TEST has no module $module" >&2
-    failed_modules+=("$module")
-    continue
-  fi
-  echo "     Running $TEST, module $module (${#tests[@]} tests)"
-  start=$(date +%s)
-  log=$(mktemp)
-  rc=0
-  (cd "$DIR" && "$EXE" --exact "${tests[@]}" "${EXTRA[@]}") 2>&1 | tee "$log" || rc=$?
-  # libtest: "test result: ok. 3 passed; 0 failed; 1 ignored; ..."
   p=0 f=0 i=0
-  read -r p f i < <(sed -n 's/^test result: [a-zA-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed; \([0-9]*\) ignored.*/\1 \2 \3/p' "$log" | tail -1) || true
-  rm -f "$log"
+  # libtest: "test result: ok. 3 passed; 0 failed; 1 ignored; ..."
+  read -r p f i < <(sed -n 's/^test result: [a-zA-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed; \([0-9]*\) ignored.*/\1 \2 \3/p' "$OUT/$module.log" | tail -1) || true
   passed=$((passed + ${p:-0})) failed=$((failed + ${f:-0})) ignored=$((ignored + ${i:-0}))
-  if [[ $rc -ne 0 ]]; then failed_modules+=("$module"); fi
-  echo "     $TEST, module $module: $(($(date +%s) - start))s, exit $rc"
+  if [[ "$(cat "$OUT/$module.rc")" != 0 ]]; then failed_modules+=("$module"); fi
 done
 if [[ ${#failed_modules[@]} -gt 0 ]]; then
   echo "by-module: failed modules of $TEST: ${failed_modules[*]}"
