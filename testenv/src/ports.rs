@@ -91,8 +91,14 @@ mod tests {
 
     use super::*;
 
+    /// The tests share this process's handed-out set and its ports: one
+    /// holding ports while the other checks that the ports it was handed
+    /// can be bound would fail it (seen in CI), so they take turns.
+    static TURN: Mutex<()> = Mutex::new(());
+
     #[test]
     fn ports_are_distinct_free_and_below_the_ephemeral_range() {
+        let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
         let ports: Vec<u16> = (0..50).map(|_| free_port().unwrap()).collect();
         let distinct: HashSet<u16> = ports.iter().copied().collect();
         assert_eq!(distinct.len(), ports.len(), "{ports:?}");
@@ -110,6 +116,7 @@ mod tests {
 
     #[test]
     fn a_bound_port_is_never_handed_out() {
+        let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
         let Some(start) = ephemeral_start().filter(|s| *s > LOWEST) else {
             // Without a known range (or none above LOWEST) every port comes from 127.0.0.1:0,
             // which never gives a bound port.
