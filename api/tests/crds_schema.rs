@@ -205,7 +205,9 @@ fn trainjob_cel_rules_defaults_and_bounds() {
     );
     let node = at(&root, "spec.trainer.numProcPerNode");
     assert_eq!(node["x-kubernetes-int-or-string"], true);
-    assert!(has_rule(node, cel::NUM_PROC_PER_NODE_MIN));
+    // No minimum: Kubeflow Trainer v2.3 accepts 0 and negative values
+    // (admission warns instead).
+    assert!(!has_rule(node, cel::NUM_PROC_PER_NODE_MIN));
     assert!(has_rule(node, cel::NUM_PROC_PER_NODE_STRING));
     for path in [
         "spec.initializer.dataset.storageUri",

@@ -60,6 +60,15 @@ pub struct Conversion {
     pub converted: Vec<&'static str>,
 }
 
+/// What a user is told when the fields `converted` were moved (the
+/// admission warning on create, the operator's Warning Event otherwise).
+pub fn moved_note(converted: &[&str]) -> String {
+    format!(
+        "{} moved into spec.runtimePatches (manager {LEGACY_FIELDS_MANAGER}): clients with Kubeflow Trainer v2.2+ types drop the v2.1 fields; set runtimePatches instead",
+        converted.join(", ")
+    )
+}
+
 /// Whether `spec` uses a v2.1 override field (even with an empty value).
 pub fn has_legacy_fields(spec: &TrainJobSpec) -> bool {
     spec.labels.is_some() || spec.annotations.is_some() || spec.pod_template_overrides.is_some()

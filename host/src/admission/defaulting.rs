@@ -1,15 +1,36 @@
-//! The TrainJob mutating webhook: it sets `spec.runtimePatches[*].time`, and
-//! nothing else (the API server applies the CRD defaults itself).
+//! The TrainJob mutating webhook: on CREATE it moves the v2.1 override
+//! fields into their runtime patch, and it sets
+//! `spec.runtimePatches[*].time`; nothing else (the API server applies the
+//! CRD defaults itself).
 //!
-//! Rules, on the object as JSON (so fields this version does not know
+//! Moving the v2.1 fields (`spec.labels`, `spec.annotations`,
+//! `spec.podTemplateOverrides`; [`trainforge_api::blueprint::legacy`]) on
+//! CREATE means no client ever sees them stored: Kueue computes its
+//! Workload from the TrainJob as stored with its own (newer) types, so a
+//! move after creation would change the Workload's pod sets and make Kueue
+//! recreate it. Rules: a TrainJob delegated to another controller
+//! (`spec.managedBy`) or whose fields cannot be moved (too many runtime
+//! patches, a value that is no runtime patch) is left as sent (the operator
+//! reports it); the moved patch goes first in `spec.runtimePatches` (or
+//! replaces one of its manager in place) and every other patch is kept as
+//! sent, byte for byte; the answer carries a warning naming the fields.
+//! Updates are not converted here: the operator moves fields an update sets
+//! again, as it moves those of TrainJobs stored while admission was bypassed.
+//!
+//! Time rules, on the object as JSON (so fields this version does not know
 //! survive untouched):
 //! - CREATE: every patch without `time` gets the current time; a time the
 //!   user gave is kept.
 //! - UPDATE: each patch is matched to the old object's patch with the same
 //!   `manager`.
 //!   - Unchanged (equal when `time` is ignored): the old `time` is kept and a
-//!     new value is discarded (when the old patch had no time, as for a new
-//!     manager).
+//!     new value is discarded; an old patch without `time` stays without one,
+//!     as upstream's webhook leaves it. Such a patch exists when another
+//!     webhook added it after ours (Kueue's adds an empty patch of manager
+//!     `kueue.x-k8s.io/manager` to every TrainJob). Were a time added to it on
+//!     an unrelated update, the update would change `spec.runtimePatches`
+//!     and be refused on a running TrainJob (e.g. the operator's move of the
+//!     v2.1 fields into a runtime patch).
 //!   - Changed: `time` is the current time, whatever the user wrote.
 //!   - A manager the old object did not have: the user's `time` is kept, or
 //!     the current time is set.
@@ -22,6 +43,9 @@
 //! when nothing changes).
 
 use serde_json::{Map, Value, json};
+use trainforge_api::blueprint::legacy;
+use trainforge_api::trainer::v1alpha1::TrainJobSpec;
+use trainforge_api::trainer::v1alpha1::constants::MANAGED_BY_TRAINJOB_CONTROLLER;
 
 /// Why the defaulting webhook could not compute a patch.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +53,96 @@ pub enum DefaultingError {
     /// The operations built do not form a JSON patch (should not happen).
     #[error("building the JSON patch: {0}")]
     Patch(#[from] serde_json::Error),
+    /// The time patch did not apply to the object with its v2.1 fields moved
+    /// (should not happen).
+    #[error("setting the runtime patches' times: {0}")]
+    Apply(#[from] json_patch::PatchError),
+}
+
+/// The mutating webhook's answer for a TrainJob.
+#[derive(Debug, Default)]
+pub struct Mutation {
+    /// The JSON patch, if anything changes.
+    pub patch: Option<json_patch::Patch>,
+    /// Warnings for the client (the v2.1 fields moved).
+    pub warnings: Vec<String>,
+}
+
+/// The whole mutation of `object` (`old` on UPDATE; `now` the current
+/// time): the v2.1 fields moved on CREATE ([`move_legacy_fields`]), then the
+/// runtime patches' times ([`default_trainjob`]), as one JSON patch against
+/// the object as sent. `movable` says whether the fields of a TrainJob may
+/// move (the router: its runtime exists and has every job and container
+/// they name; otherwise they stay, so that validation refuses them naming
+/// the field the user wrote).
+pub fn mutate_trainjob(
+    object: &Value,
+    old: Option<&Value>,
+    now: &str,
+    movable: &dyn Fn(&Value) -> bool,
+) -> Result<Mutation, DefaultingError> {
+    let moved = match old {
+        None if movable(object) => move_legacy_fields(object),
+        _ => None,
+    };
+    let Some((mut moved, note)) = moved else {
+        return Ok(Mutation {
+            patch: default_trainjob(object, old, now)?,
+            warnings: Vec::new(),
+        });
+    };
+    if let Some(times) = default_trainjob(&moved, old, now)? {
+        json_patch::patch(&mut moved, &times)?;
+    }
+    Ok(Mutation {
+        patch: Some(json_patch::diff(object, &moved)),
+        warnings: vec![note],
+    })
+}
+
+/// `object` with its v2.1 override fields moved into the runtime patch of
+/// [`legacy::LEGACY_FIELDS_MANAGER`], and the note that says so; `None` when
+/// it has none, is delegated to another controller, or cannot be converted
+/// (see the module rules).
+pub fn move_legacy_fields(object: &Value) -> Option<(Value, String)> {
+    let spec = object.get("spec")?;
+    let delegated = spec
+        .get("managedBy")
+        .and_then(Value::as_str)
+        .is_some_and(|m| m != MANAGED_BY_TRAINJOB_CONTROLLER);
+    if delegated {
+        return None;
+    }
+    let typed: TrainJobSpec = serde_json::from_value(spec.clone()).ok()?;
+    let conversion = legacy::convert(&typed).ok()??;
+    let moved_patch = conversion
+        .runtime_patches
+        .iter()
+        .find(|p| p.manager == legacy::LEGACY_FIELDS_MANAGER)
+        .map(serde_json::to_value)
+        .transpose()
+        .ok()?;
+    let mut out = object.clone();
+    let spec = out.get_mut("spec")?.as_object_mut()?;
+    for field in ["labels", "annotations", "podTemplateOverrides"] {
+        spec.remove(field);
+    }
+    if let Some(moved_patch) = moved_patch {
+        let list = spec
+            .entry("runtimePatches")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if list.is_null() {
+            *list = Value::Array(Vec::new());
+        }
+        let list = list.as_array_mut()?;
+        match list.iter().position(|p| {
+            p.get("manager").and_then(Value::as_str) == Some(legacy::LEGACY_FIELDS_MANAGER)
+        }) {
+            Some(i) => list[i] = moved_patch,
+            None => list.insert(0, moved_patch),
+        }
+    }
+    Some((out, legacy::moved_note(&conversion.converted)))
 }
 
 /// `t` as Kubernetes stores a `metav1.Time`: RFC 3339, UTC, seconds.
@@ -77,26 +191,25 @@ pub fn default_trainjob(
                 .copied(),
             _ => None,
         };
-        let desired: Value = match previous {
+        let desired: Option<Value> = match previous {
             Some(prev) if without_time(prev) == without_time(patch) => {
-                match prev.get("time").filter(|t| !t.is_null()) {
-                    Some(t) => t.clone(),
-                    None => current.cloned().unwrap_or_else(|| json!(now)),
-                }
+                prev.get("time").filter(|t| !t.is_null()).cloned()
             }
-            Some(_) => json!(now),
-            None => current.cloned().unwrap_or_else(|| json!(now)),
+            Some(_) => Some(json!(now)),
+            None => Some(current.cloned().unwrap_or_else(|| json!(now))),
         };
-        if current == Some(&desired) {
+        if current == desired.as_ref() {
             continue;
         }
         let path = format!("/spec/runtimePatches/{i}/time");
-        let op = if patch.contains_key("time") {
-            "replace"
-        } else {
-            "add"
-        };
-        ops.push(json!({"op": op, "path": path, "value": desired}));
+        ops.push(match desired {
+            Some(value) if patch.contains_key("time") => {
+                json!({"op": "replace", "path": path, "value": value})
+            }
+            Some(value) => json!({"op": "add", "path": path, "value": value}),
+            // `current` is set (it differs from `None`): remove it.
+            None => json!({"op": "remove", "path": path}),
+        });
     }
     if ops.is_empty() {
         return Ok(None);
@@ -190,6 +303,121 @@ mod tests {
             times(job(json!([patch("a/m", "1", Some(T1))])), Some(old)).1,
             0
         );
+    }
+
+    /// [`mutate_trainjob`] applied: the resulting object and warnings.
+    fn mutated(object: &Value, old: Option<&Value>) -> (Value, Vec<String>) {
+        let m = mutate_trainjob(object, old, NOW, &|_| true).unwrap();
+        let mut out = object.clone();
+        if let Some(p) = &m.patch {
+            json_patch::patch(&mut out, p).unwrap();
+        }
+        (out, m.warnings)
+    }
+
+    fn legacy_job(spec_extra: Value) -> Value {
+        let mut j = job(json!([patch("kueue.x-k8s.io/manager", "k", None)]));
+        if let (Some(s), Value::Object(extra)) = (j["spec"].as_object_mut(), spec_extra) {
+            s.extend(extra);
+        }
+        j
+    }
+
+    #[test]
+    fn create_moves_the_v21_fields_first_and_keeps_other_patches_as_sent() {
+        let sent = legacy_job(json!({
+            "labels": {"team": "a"},
+            "podTemplateOverrides": [{"targetJobs": [{"name": "node"}],
+                "spec": {"nodeSelector": {"zone": "z1"}}}]
+        }));
+        let (out, warnings) = mutated(&sent, None);
+        let spec = &out["spec"];
+        for gone in ["labels", "annotations", "podTemplateOverrides"] {
+            assert!(spec.get(gone).is_none(), "{gone}: {spec}");
+        }
+        let patches = spec["runtimePatches"].as_array().unwrap();
+        assert_eq!(patches[0]["manager"], legacy::LEGACY_FIELDS_MANAGER);
+        assert_eq!(patches[0]["time"], NOW);
+        assert_eq!(
+            patches[0]["trainingRuntimeSpec"]["template"]["metadata"]["labels"]["team"],
+            "a"
+        );
+        assert_eq!(
+            patches[0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]
+                ["spec"]["template"]["spec"]["nodeSelector"]["zone"],
+            "z1"
+        );
+        // The other patch as sent, plus its time.
+        let mut kueue = sent["spec"]["runtimePatches"][0].clone();
+        kueue["time"] = json!(NOW);
+        assert_eq!(patches[1], kueue);
+        assert_eq!(spec["x-unknown"], 1, "unknown fields survive");
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            warnings[0].starts_with(
+                "spec.labels, spec.podTemplateOverrides moved into spec.runtimePatches"
+            ),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn fields_that_cannot_move_and_delegated_or_updated_jobs_are_left_as_sent() {
+        let labels = json!({"labels": {"team": "a"}});
+        // Sixteen patches already: no room for another.
+        let mut full = legacy_job(labels.clone());
+        full["spec"]["runtimePatches"] = Value::Array(
+            (0..16)
+                .map(|i| patch(&format!("m{i}.example.com/x"), "1", Some(T1)))
+                .collect(),
+        );
+        let mut delegated = legacy_job(labels.clone());
+        delegated["spec"]["managedBy"] = json!("kueue.x-k8s.io/multikueue");
+        for (what, sent) in [("full", full), ("delegated", delegated)] {
+            let (out, warnings) = mutated(&sent, None);
+            assert_eq!(out["spec"]["labels"], sent["spec"]["labels"], "{what}");
+            assert!(warnings.is_empty(), "{what}: {warnings:?}");
+        }
+        // An update: left to the operator (only times are set).
+        let sent = legacy_job(labels);
+        let (out, warnings) = mutated(&sent, Some(&sent));
+        assert_eq!(out["spec"]["labels"]["team"], "a");
+        assert!(warnings.is_empty());
+        // Not movable (the router found a name the runtime lacks).
+        let sent = legacy_job(json!({"labels": {"team": "a"}}));
+        let m = mutate_trainjob(&sent, None, NOW, &|_| false).unwrap();
+        assert!(m.warnings.is_empty());
+        let mut out = sent.clone();
+        json_patch::patch(&mut out, &m.patch.unwrap()).unwrap();
+        assert_eq!(out["spec"]["labels"]["team"], "a");
+        // Nothing to move: only times.
+        let (out, warnings) = mutated(&job(json!([])), None);
+        assert_eq!(out, job(json!([])));
+        assert!(warnings.is_empty());
+    }
+
+    #[test]
+    fn update_unchanged_patch_without_a_time_stays_without_one() {
+        // Kueue's webhook adds its patch after ours: stored without time.
+        let kueue = json!({"manager": "kueue.x-k8s.io/manager",
+            "trainingRuntimeSpec": {"template": {"spec": {}}}});
+        let old = job(json!([kueue.clone()]));
+        // An unrelated update (the v2.1 fields moved into a patch of ours,
+        // first in the list) leaves Kueue's patch as it was.
+        let new = job(json!([
+            patch("trainer.kubeflow.org/v2.1-fields", "1", None),
+            kueue
+        ]));
+        let (t, n) = times(new, Some(old.clone()));
+        assert_eq!(t, [some(NOW), None]);
+        assert_eq!(n, 1);
+        // A time a client adds to it is discarded, as upstream does.
+        let mut with_time = old.clone();
+        with_time["spec"]["runtimePatches"][0]["time"] = json!(T2);
+        let (t, n) = times(with_time, Some(old.clone()));
+        assert_eq!((t, n), (vec![None], 1));
+        // Nothing to do when it stays as it was.
+        assert!(default_trainjob(&old, Some(&old), NOW).unwrap().is_none());
     }
 
     #[test]

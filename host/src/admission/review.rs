@@ -111,10 +111,10 @@ impl Verdict {
     }
 
     /// Admit with a patch (or none).
-    pub fn patched(patch: Option<json_patch::Patch>) -> Self {
+    pub fn patched(patch: Option<json_patch::Patch>, warnings: Vec<String>) -> Self {
         Verdict {
             patch,
-            ..Verdict::allow(Vec::new())
+            ..Verdict::allow(warnings)
         }
     }
 
@@ -201,9 +201,10 @@ mod tests {
         assert_eq!(req.operation(), Operation::Create);
         let patch: json_patch::Patch =
             serde_json::from_value(json!([{"op": "add", "path": "/spec/y", "value": 2}])).unwrap();
-        let out: Value =
-            serde_json::from_slice(&response_body(&req, &Verdict::patched(Some(patch))).unwrap())
-                .unwrap();
+        let out: Value = serde_json::from_slice(
+            &response_body(&req, &Verdict::patched(Some(patch), Vec::new())).unwrap(),
+        )
+        .unwrap();
         assert_eq!(out["response"]["uid"], "u-1");
         assert_eq!(out["response"]["allowed"], true);
         assert_eq!(out["response"]["patchType"], "JSONPatch");

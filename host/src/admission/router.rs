@@ -28,11 +28,11 @@ use trainforge_api::trainer::v1alpha1::constants::{
     CLUSTER_TRAINING_RUNTIME_KIND, GROUP, TRAINING_RUNTIME_KIND, TRAINJOB_KIND,
 };
 
-use super::defaulting::{default_trainjob, format_time};
+use super::defaulting::{format_time, mutate_trainjob};
 use super::plugins::{TryWith, review_plugin, review_trainer_plugin};
 use super::review::{Operation, Request, Verdict, parse_review, response_body};
 use super::runtimes::{RuntimeKind, review_runtime};
-use super::trainjob::{RuntimeLookup, review_trainjob};
+use super::trainjob::{RuntimeLookup, legacy_fields_movable, review_trainjob};
 use crate::ops::metrics::Metrics;
 use crate::plugin::{
     CallOutcome, FailurePolicy, PluginRuntime, PluginSet, RuntimeConfig, ValidateBudget,
@@ -242,8 +242,9 @@ fn decide(
                 Operation::Update => req.old_object.as_ref(),
                 _ => None,
             };
-            match default_trainjob(&req.object, old, &now) {
-                Ok(p) => Verdict::patched(p),
+            let movable = |o: &serde_json::Value| legacy_fields_movable(o, state.runtimes.as_ref());
+            match mutate_trainjob(&req.object, old, &now, &movable) {
+                Ok(m) => Verdict::patched(m.patch, m.warnings),
                 Err(e) => Verdict::deny(500, "InternalError", e.to_string(), Vec::new()),
             }
         }

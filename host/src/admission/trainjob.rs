@@ -25,6 +25,7 @@
 //! webhook does not receive.
 
 use serde_json::Value;
+use trainforge_api::blueprint::admission_info_for;
 use trainforge_api::plugin::FieldError;
 use trainforge_api::trainer::v1alpha1::constants::{
     CLUSTER_TRAINING_RUNTIME_KIND, DEFAULT_RUNTIME_API_GROUP, DEFAULT_RUNTIME_KIND, GROUP,
@@ -143,6 +144,24 @@ fn find_runtime(job: &TrainJob, lookup: &dyn RuntimeLookup) -> Result<RuntimeObj
                 "{e}: specified clusterTrainingRuntime must be created before the TrainJob is created"
             ),
         )
+    })
+}
+
+/// Whether the v2.1 override fields of `object` (a TrainJob being created)
+/// may be moved into their runtime patch at admission: its runtime is found
+/// and has every replicated job and container they name. Otherwise they stay
+/// as sent, and validation refuses them naming the field the user wrote.
+pub fn legacy_fields_movable(object: &Value, lookup: &dyn RuntimeLookup) -> bool {
+    let Ok(job) = decode(object, "TrainJob") else {
+        return false;
+    };
+    let Ok(runtime) = find_runtime(&job, lookup) else {
+        return false;
+    };
+    admission_info_for(&job, runtime.spec()).is_ok_and(|(_, problems)| {
+        problems
+            .iter()
+            .all(|p| p.field().starts_with("spec.runtimePatches"))
     })
 }
 

@@ -101,6 +101,22 @@ pub fn run(args: &RenderArgs) -> Result<(), RenderError> {
         })?;
         input.add_yaml(&path.display().to_string(), &text, &args.namespace)?;
     }
+    // As the operator: a TrainJob delegated to another controller gets
+    // nothing built.
+    let before = input.trainjobs.len();
+    input.trainjobs.retain(|job| match crate::pipeline::run::managed_elsewhere(job) {
+        Some(m) => {
+            eprintln!(
+                "note: TrainJob {:?} is managed by {m} (spec.managedBy): Trainforge builds nothing for it",
+                job.metadata.name.as_deref().unwrap_or_default()
+            );
+            false
+        }
+        None => true,
+    });
+    if before > 0 && input.trainjobs.is_empty() {
+        return Ok(());
+    }
     let plugins = builtin_plugins()?;
     let tenants = tenant_plugins(args)?;
     let mut first = true;

@@ -14,12 +14,14 @@
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 use tracing::info_span;
 use trainforge_api::plugin::{FieldError, Info};
 use trainforge_api::trainer::v1alpha1::constants::{
     API_VERSION, CLUSTER_TRAINING_RUNTIME_KIND, DEFAULT_RUNTIME_API_GROUP, DEFAULT_RUNTIME_KIND,
-    GROUP, LABEL_SUPPORT, SUPPORT_DEPRECATED, TRAINING_RUNTIME_KIND, TRAINJOB_KIND,
+    GROUP, LABEL_SUPPORT, MANAGED_BY_TRAINJOB_CONTROLLER, SUPPORT_DEPRECATED,
+    TRAINING_RUNTIME_KIND, TRAINJOB_KIND,
 };
 use trainforge_api::trainer::v1alpha1::{
     ClusterTrainingRuntime, TrainJob, TrainingRuntime, TrainingRuntimeSpec,
@@ -340,7 +342,10 @@ fn validate_with(
     budget: Option<&crate::plugin::ValidateBudget>,
     info: &JobInfo,
 ) -> Result<Vec<String>, PipelineError> {
-    let mut warnings = deprecation_warning(runtime).into_iter().collect::<Vec<_>>();
+    let mut warnings: Vec<String> = deprecation_warning(runtime)
+        .into_iter()
+        .chain(num_proc_warning(job))
+        .collect();
     // Unknown jobs/containers in `runtimePatches` are reported by the JobSet
     // plugin with upstream's messages; the host reports the older
     // `podTemplateOverrides`, which no plugin checks.
@@ -549,6 +554,30 @@ pub fn deprecation_warning(runtime: &RuntimeObject) -> Option<String> {
     })
 }
 
+/// The controller a TrainJob is delegated to when it is not this one
+/// (`spec.managedBy` other than `trainer.kubeflow.org/trainjob-controller`,
+/// e.g. `kueue.x-k8s.io/multikueue`): nothing is built for such a TrainJob,
+/// by the operator or by `trainforge render`.
+pub fn managed_elsewhere(job: &TrainJob) -> Option<&str> {
+    job.spec
+        .managed_by
+        .as_deref()
+        .filter(|m| *m != MANAGED_BY_TRAINJOB_CONTROLLER)
+}
+
+/// The warning for a `trainer.numProcPerNode` below 1. Kubeflow Trainer
+/// v2.3 accepts such values (the field has no minimum there) and passes them
+/// on to the framework, so admission accepts them too, and says so.
+pub fn num_proc_warning(job: &TrainJob) -> Option<String> {
+    let n = match job.spec.trainer.as_ref()?.num_proc_per_node.as_ref()? {
+        IntOrString::Int(n) if *n < 1 => *n,
+        _ => return None,
+    };
+    Some(format!(
+        "spec.trainer.numProcPerNode: {n} is accepted as Kubeflow Trainer v2.3 accepts it, but no framework starts fewer than one process per node (torchrun, mpirun and Flux are given {n} as it is); later Kubeflow Trainer releases refuse values below 1"
+    ))
+}
+
 fn to_json_string<T: serde::Serialize>(v: &T, what: &'static str) -> Result<String, PipelineError> {
     serde_json::to_string(v).map_err(|e| PipelineError::Serialize {
         what,
@@ -601,6 +630,37 @@ mod tests {
                 "apiGroup": GROUP}, "runtimePatches": patches, "trainer": {"numNodes": 1}}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn num_proc_per_node_below_one_is_admitted_with_a_warning_naming_the_field() {
+        let rt = runtime(json!({"mlPolicy": {"numNodes": 1, "torch": {}}}));
+        let plugins = builtins(&["plugin-jobset", "plugin-torch"]);
+        for (value, warned) in [
+            (json!(0), true),
+            (json!(-1), true),
+            (json!(i32::MIN), true),
+            (json!(1), false),
+            (json!(8), false),
+            (json!("auto"), false),
+        ] {
+            let mut j = job(Value::Null);
+            let t = j.spec.trainer.get_or_insert_with(Default::default);
+            t.num_proc_per_node = Some(serde_json::from_value(value.clone()).unwrap());
+            let warnings = validate(&j, None, &rt, &plugins)
+                .unwrap_or_else(|e| panic!("numProcPerNode {value} refused: {e}"));
+            let ours: Vec<&String> = warnings
+                .iter()
+                .filter(|w| w.starts_with("spec.trainer.numProcPerNode"))
+                .collect();
+            assert_eq!(ours.len(), usize::from(warned), "{value}: {warnings:?}");
+            if warned {
+                assert!(
+                    ours[0].contains(&format!(": {value} is accepted")),
+                    "{ours:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -204,15 +204,17 @@ async fn trainjob_create_cases() {
             tj_ns(&ns, "c2", json!({"trainer": {"numNodes": 0}})),
             Want::Ok,
         ),
+        // Accepted, as Kubeflow Trainer v2.3 accepts them (with a warning:
+        // kueue::num_proc_per_node_below_one_is_accepted_with_a_warning...).
         (
             "numProcPerNode -5",
             tj_ns(&ns, "c3", json!({"trainer": {"numProcPerNode": -5}})),
-            Want::Refused(422, &["spec.trainer.numProcPerNode"]),
+            Want::Ok,
         ),
         (
             "numProcPerNode 0",
             tj_ns(&ns, "c4", json!({"trainer": {"numProcPerNode": 0}})),
-            Want::Refused(422, &["spec.trainer.numProcPerNode"]),
+            Want::Ok,
         ),
         (
             "numNodes 1, numProcPerNode 1",

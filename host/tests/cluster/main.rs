@@ -2,7 +2,7 @@
 //! one process per module (`testenv/by-module.sh`, from `make test`): each
 //! module keeps the control plane and the operator it starts to itself, as
 //! when each file was a binary of its own, and the workspace compiles and
-//! links Wasmtime and kube into one test binary instead of seventeen.
+//! links Wasmtime and kube into one test binary instead of one per module.
 //!
 //! `cargo test -p trainforge --test cluster -- MODULE::` runs one module by
 //! hand (the target is left out of a plain `cargo test`: run in one process,
@@ -26,6 +26,7 @@ mod crds_merge;
 mod events_e2e;
 mod fidelity_e2e;
 mod kubeflow_sdk;
+mod kueue;
 mod leader_election;
 mod manifests;
 mod operator_e2e;

@@ -79,6 +79,69 @@ fn render_prints_each_warning_once_without_ansi_escapes() {
     }
 }
 
+/// A TrainJob delegated to another controller (`spec.managedBy`) gets
+/// nothing rendered, as the operator builds nothing for it, and the command
+/// says so; the other TrainJobs of the input are rendered as usual.
+#[test]
+fn render_builds_nothing_for_a_trainjob_managed_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = |name: &str, managed_by: &str| {
+        format!(
+            "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata:\n  name: {name}\n  namespace: team\nspec:\n  runtimeRef:\n    name: torch-distributed\n{managed_by}"
+        )
+    };
+    let path = dir.path().join("jobs.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "{}---\n{}",
+            job("remote", "  managedBy: kueue.x-k8s.io/multikueue\n"),
+            job("local", "")
+        ),
+    )
+    .unwrap();
+    let runtime = root().join("api/tests/fixtures/upstream/torch-distributed.yaml");
+    let render = |files: &[&Path]| {
+        Command::new(env!("CARGO_BIN_EXE_trainforge"))
+            .arg("render")
+            .args(files.iter().flat_map(|f| [Path::new("-f"), f]))
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    let out = render(&[runtime.as_path(), path.as_path()]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("TrainJob \"remote\" is managed by kueue.x-k8s.io/multikueue"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("name: local"), "{stdout}");
+    assert!(!stdout.contains("name: remote"), "{stdout}");
+
+    // Only delegated TrainJobs: nothing on stdout, and success.
+    let only = dir.path().join("remote.yaml");
+    std::fs::write(
+        &only,
+        job("remote", "  managedBy: kueue.x-k8s.io/multikueue\n"),
+    )
+    .unwrap();
+    let out = render(&[runtime.as_path(), only.as_path()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 /// `render --trainer-plugin`: a tenant plugin joins the set of the
 /// TrainJobs of its namespace (after the builtin plugins) and of no other,
 /// and one asking for more than the ceiling is refused naming what.

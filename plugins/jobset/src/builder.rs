@@ -125,12 +125,50 @@ pub fn build_jobset(
     merge_string_map(&mut metadata, "labels", &info.labels);
     merge_string_map(&mut metadata, "annotations", &info.annotations);
     set(&mut metadata, "ownerReferences", json!([owner]));
-    Ok(json!({
+    let mut js = json!({
         "apiVersion": jobset::API_VERSION,
         "kind": jobset::KIND,
         "metadata": metadata,
         "spec": spec,
-    }))
+    });
+    prune_empty_metadata(&mut js);
+    Ok(js)
+}
+
+/// Remove empty `labels`/`annotations` maps and then empty `metadata`
+/// objects from every replicated job's Job template and pod template.
+///
+/// Rule: the JobSet is applied with server-side apply, and an empty object
+/// there is not "nothing": when an apply sends `metadata: {}` (or
+/// `labels: {}`) where the previous apply owned fields inside it, the API
+/// server removes those fields and stores the object as `null`, which the
+/// JobSet schema refuses ("must be of type object"). That is what a
+/// suspended TrainJob's JobSet hits when Kueue removes the pod labels it
+/// added at admission. Leaving the object out removes the fields cleanly.
+pub fn prune_empty_metadata(jobset: &mut Value) {
+    let Some(rjobs) = jobset
+        .pointer_mut("/spec/replicatedJobs")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for rjob in rjobs {
+        for template in ["/template", "/template/spec/template"] {
+            if let Some(Value::Object(t)) = rjob.pointer_mut(template) {
+                prune_metadata(t);
+            }
+        }
+    }
+}
+
+fn prune_metadata(template: &mut serde_json::Map<String, Value>) {
+    let empty = |v: &Value| matches!(v, Value::Null) || v.as_object().is_some_and(|m| m.is_empty());
+    if let Some(Value::Object(meta)) = template.get_mut("metadata") {
+        meta.retain(|k, v| !(matches!(k.as_str(), "labels" | "annotations") && empty(v)));
+    }
+    if template.get("metadata").is_some_and(empty) {
+        template.remove("metadata");
+    }
 }
 
 /// Initializers prepare what training reads, so the trainer must not start

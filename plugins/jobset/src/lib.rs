@@ -78,6 +78,7 @@ impl Plugin for JobSetPlugin {
             builder::build_jobset(name, ns, ctx.trainjob(), ctx.info(), ctx.owner_reference())?;
         if let Some(existing) = &existing {
             immutable::keep_frozen_parts(&mut js, existing);
+            builder::prune_empty_metadata(&mut js);
         }
         Ok(vec![js])
     }

@@ -864,3 +864,56 @@ fn describe_declares_everything_used() {
     assert_eq!(d.reads, vec![jobset_kind()]);
     assert_eq!(d.watches, vec![jobset_kind()]);
 }
+
+/// Kueue's flavor labels and annotations on a running JobSet's pods, then
+/// removed while the TrainJob is suspended (preemption): the rebuilt pod
+/// template leaves `metadata` out rather than sending it empty, which the
+/// API server's server-side apply would store as `null` and JobSet refuse.
+#[test]
+fn labels_removed_while_suspended_leave_no_empty_metadata() {
+    let mut host = MockHost::default();
+    let (_, first) = run(
+        trainjob(json!({"suspend": false})),
+        worked_example_info(),
+        &host,
+    );
+    let mut stored = first[0].clone();
+    let pod = &mut stored["spec"]["replicatedJobs"][0]["template"]["spec"]["template"];
+    pod["metadata"] = json!({"labels": {"flavor": "f1"}, "annotations": {"a": "b"}});
+    stored["spec"]["replicatedJobs"][0]["template"]["metadata"] = json!({"labels": {}});
+    host.insert(stored);
+    let (_, objs) = run(
+        trainjob(json!({"suspend": true})),
+        worked_example_info(),
+        &host,
+    );
+    let rjob = &objs[0]["spec"]["replicatedJobs"][0];
+    assert!(
+        rjob["template"]["spec"]["template"]
+            .get("metadata")
+            .is_none(),
+        "{rjob}"
+    );
+    assert!(rjob["template"].get("metadata").is_none(), "{rjob}");
+    assert_eq!(objs[0]["spec"]["suspend"], true);
+}
+
+#[test]
+fn empty_metadata_is_pruned_and_the_rest_kept() {
+    let mut js = json!({"spec": {"replicatedJobs": [
+        {"name": "a", "template": {"metadata": {"labels": {}, "annotations": null, "name": "x"},
+            "spec": {"template": {"metadata": {"labels": {}, "annotations": {}}, "spec": {"volumes": [{"name": "v", "emptyDir": {}}]}}}}},
+        {"name": "b", "template": {"metadata": {"labels": {"k": "v"}},
+            "spec": {"template": {"metadata": {}, "spec": {}}}}}
+    ]}});
+    builder::prune_empty_metadata(&mut js);
+    assert_eq!(
+        js,
+        json!({"spec": {"replicatedJobs": [
+            {"name": "a", "template": {"metadata": {"name": "x"},
+                "spec": {"template": {"spec": {"volumes": [{"name": "v", "emptyDir": {}}]}}}}},
+            {"name": "b", "template": {"metadata": {"labels": {"k": "v"}},
+                "spec": {"template": {"spec": {}}}}}
+        ]}})
+    );
+}

@@ -38,7 +38,9 @@ pub const STORAGE_URI: CelRule = CelRule {
     message: "storageUri may be empty, or it must be a valid URI (scheme://...)",
 };
 
-/// `numProcPerNode` (int-or-string): an integer must be at least 1.
+/// `numProcPerNode` (int-or-string) of the v2.1 runtime policy
+/// `mlPolicy.torch`: an integer must be at least 1 (the TrainJob's
+/// `trainer.numProcPerNode` has no minimum, as in Kubeflow Trainer v2.3).
 pub const NUM_PROC_PER_NODE_MIN: CelRule = CelRule {
     rule: "type(self) == int ? self >= 1 : true",
     message: "numProcPerNode must be greater than or equal to 1",

@@ -238,12 +238,12 @@ pub struct Trainer {
     pub resources_per_node: Option<ResourceRequirements>,
 
     /// Processes per node, overriding the runtime's value: MPI slots, Flux
-    /// tasks, PyTorch processes (`torchrun --nproc-per-node`). An integer of
-    /// at least 1; PyTorch also accepts the deprecated strings `auto`, `cpu`
-    /// and `gpu`.
+    /// tasks, PyTorch processes (`torchrun --nproc-per-node`). An integer;
+    /// PyTorch also accepts the deprecated strings `auto`, `cpu` and `gpu`.
+    /// Integers below 1 are accepted, as Kubeflow Trainer v2.3 accepts them
+    /// (its field has no minimum), and admission warns about them: no
+    /// framework starts fewer than one process per node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend(
-        "x-kubernetes-validations" = [cel::NUM_PROC_PER_NODE_MIN, cel::NUM_PROC_PER_NODE_STRING]
-    ))]
+    #[schemars(extend("x-kubernetes-validations" = [cel::NUM_PROC_PER_NODE_STRING]))]
     pub num_proc_per_node: Option<IntOrString>,
 }

@@ -3,7 +3,10 @@
 //! `spec.labels`, `spec.annotations` and `spec.podTemplateOverrides` are
 //! still served, but clients built with the newer API's types (Kueue, the
 //! Python SDK, GitOps tools) drop them whenever they rewrite the TrainJob. So
-//! the first reconcile of an unfinished TrainJob that uses them rewrites it:
+//! the TrainJob mutating webhook moves them on create
+//! ([`crate::admission::defaulting`]), and the first reconcile of an
+//! unfinished TrainJob that still uses them (stored while admission was
+//! bypassed, or set again by an update) rewrites it:
 //! the fields become one runtime patch with the same effect
 //! ([`trainforge_api::blueprint::legacy`]) and are removed, with a Warning
 //! Event naming them. The JobSet does not change.
@@ -66,11 +69,7 @@ pub async fn convert(ctx: &Context, job: &TrainJob) -> Outcome {
     }
     match write(ctx, job).await {
         Ok(converted) => {
-            let note = format!(
-                "{} moved into spec.runtimePatches (manager {}): clients with Kubeflow Trainer v2.2+ types drop the v2.1 fields; set runtimePatches instead",
-                converted.join(", "),
-                legacy::LEGACY_FIELDS_MANAGER
-            );
+            let note = legacy::moved_note(&converted);
             info!(fields = %converted.join(","), "v2.1 fields converted to a runtime patch");
             events::publish(
                 ctx,

@@ -55,8 +55,7 @@ use tokio::task::JoinError;
 use tracing::{Instrument, debug, info, info_span, warn};
 use trainforge_api::plugin::{Info, KindRef, Phase, PluginError};
 use trainforge_api::trainer::v1alpha1::constants::{
-    CONDITION_FAILED, GROUP, MANAGED_BY_TRAINJOB_CONTROLLER, REASON_TRAINING_RUNTIME_NOT_SUPPORTED,
-    VERSION,
+    CONDITION_FAILED, GROUP, REASON_TRAINING_RUNTIME_NOT_SUPPORTED, VERSION,
 };
 use trainforge_api::trainer::v1alpha1::{TrainJob, TrainJobStatus};
 
@@ -588,12 +587,7 @@ impl Reconcile<'_> {
     /// Otherwise the reconcile goes on from the stored status.
     async fn gate(&mut self) -> Result<Gate, ReconcileError> {
         let job = self.job;
-        if let Some(m) = job
-            .spec
-            .managed_by
-            .as_deref()
-            .filter(|m| *m != MANAGED_BY_TRAINJOB_CONTROLLER)
-        {
+        if let Some(m) = crate::pipeline::run::managed_elsewhere(job) {
             info!(managed_by = %m, "managed by another controller: left alone");
             return Ok(Gate::Stop(Action::await_change()));
         }
