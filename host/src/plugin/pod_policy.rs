@@ -31,7 +31,7 @@
 //! Secret payloads (`data`, `binaryData`, `stringData`) are not pod content
 //! and are not searched.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 
 /// Capabilities a baseline pod may add (Pod Security Standards).
@@ -244,6 +244,15 @@ fn walk(v: &Value, container: &str, out: &mut BTreeSet<Privilege>) {
     match v {
         Value::Object(map) => {
             for (key, x) in map {
+                // A pod spec (of a pod template, a Pod, a patch): the info's
+                // pod sets hold containers too, but never their security
+                // context, so they are not judged for it.
+                if key == "spec"
+                    && let Some(pod) = x.as_object()
+                    && pod.get("containers").is_some_and(Value::is_array)
+                {
+                    restricted_gaps(pod, out);
+                }
                 match key.as_str() {
                     "containers" | "initContainers" | "ephemeralContainers" => match x {
                         Value::Array(items) => {
@@ -317,6 +326,76 @@ fn walk(v: &Value, container: &str, out: &mut BTreeSet<Privilege>) {
     }
 }
 
+/// What `pod` (a pod spec: an object with a `containers` list under a
+/// `spec` key) lacks of the restricted level, per container that is
+/// defined in full (has an `image`; a patch's partial container is not
+/// judged): the Pod
+/// Security Standards require `allowPrivilegeEscalation: false`,
+/// `capabilities.drop` with `ALL`, `runAsNonRoot: true` and a
+/// `RuntimeDefault` or `Localhost` seccomp profile (the last two on the
+/// container or the pod).
+///
+/// Rule: a restriction is judged by its absence, so that taking one away
+/// is adding a privilege. A runtime that sets them and a plugin that removes
+/// one (deletes `drop: [ALL]`, sets `runAsNonRoot` to null, …) has added a
+/// gap that was not there, which a plugin held to the restricted level may
+/// not; a runtime without them has the gaps already and a plugin that
+/// leaves them is not blamed. A container a plugin adds must meet the level.
+fn restricted_gaps(pod: &Map<String, Value>, out: &mut BTreeSet<Privilege>) {
+    let pod_sc = pod.get("securityContext");
+    let pod_non_root = pod_sc
+        .and_then(|s| s.get("runAsNonRoot"))
+        .and_then(Value::as_bool);
+    let pod_seccomp = pod_sc
+        .and_then(|s| s.pointer("/seccompProfile/type"))
+        .and_then(Value::as_str);
+    for key in ["containers", "initContainers", "ephemeralContainers"] {
+        let Some(items) = pod.get(key).and_then(Value::as_array) else {
+            continue;
+        };
+        for c in items.iter().filter(|c| c.get("image").is_some()) {
+            let name = c.get("name").and_then(Value::as_str).unwrap_or("?");
+            let at = |p: &str| c.get("securityContext").and_then(|s| s.pointer(p));
+            let mut gap = |what: &str| {
+                out.insert(Privilege::Unrestricted(format!(
+                    "{what} on container {name:?}"
+                )));
+            };
+            if at("/allowPrivilegeEscalation").and_then(Value::as_bool) != Some(false) {
+                gap("allowPrivilegeEscalation not false");
+            }
+            let drops_all = at("/capabilities/drop")
+                .and_then(Value::as_array)
+                .is_some_and(|d| {
+                    d.iter()
+                        .any(|x| x.as_str().is_some_and(|x| x.eq_ignore_ascii_case("ALL")))
+                });
+            if !drops_all {
+                gap("capabilities.drop without ALL");
+            }
+            let non_root = at("/runAsNonRoot")
+                .and_then(Value::as_bool)
+                .or(pod_non_root);
+            if non_root != Some(true) {
+                gap("runAsNonRoot not true");
+            }
+            let seccomp = at("/seccompProfile/type")
+                .and_then(Value::as_str)
+                .or(pod_seccomp);
+            if !matches!(seccomp, Some("RuntimeDefault" | "Localhost")) {
+                gap("seccompProfile neither RuntimeDefault nor Localhost");
+            }
+        }
+    }
+}
+
+/// Whether a JSON value is the number zero, whatever its spelling (`0`,
+/// `0.0`, `-0.0`): the API server stores an integer field sent as `0.0` as
+/// `0`, so a check of `as_i64` alone would miss it.
+fn is_zero(v: &Value) -> bool {
+    v.as_f64() == Some(0.0)
+}
+
 fn security_context(sc: &Value, container: &str, out: &mut BTreeSet<Privilege>) {
     let Some(sc) = sc.as_object() else { return };
     let c = || container.to_owned();
@@ -333,10 +412,23 @@ fn security_context(sc: &Value, container: &str, out: &mut BTreeSet<Privilege>) 
             "runAsNonRoot false on {container:?}"
         )));
     }
-    if sc.get("runAsUser").and_then(Value::as_i64) == Some(0) {
-        out.insert(Privilege::Unrestricted(format!(
-            "runAsUser 0 on {container:?}"
-        )));
+    match sc.get("runAsUser") {
+        Some(v) if is_zero(v) => {
+            out.insert(Privilege::Unrestricted(format!(
+                "runAsUser 0 on {container:?}"
+            )));
+        }
+        // Not a whole non-negative number: not judged safe by its spelling.
+        Some(v)
+            if !v.is_null()
+                && v.as_u64().is_none()
+                && v.as_f64().is_none_or(|f| f.fract() != 0.0 || f < 0.0) =>
+        {
+            out.insert(Privilege::Unrestricted(format!(
+                "runAsUser {v} on {container:?}"
+            )));
+        }
+        _ => {}
     }
     if let Some(add) = sc
         .pointer_in("capabilities", "add")
@@ -451,6 +543,138 @@ mod tests {
     fn pod(spec: Value) -> Value {
         json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "spec": {"replicatedJobs": [
             {"name": "node", "template": {"spec": {"template": {"spec": spec}}}}]}})
+    }
+
+    /// A container that meets the restricted level.
+    fn restricted_container(name: &str) -> Value {
+        json!({"name": name, "image": "app:1", "securityContext": {
+            "allowPrivilegeEscalation": false, "runAsNonRoot": true,
+            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}})
+    }
+
+    fn tenant() -> PodGrants {
+        PodGrants {
+            restricted: true,
+            images: vec!["*".into()],
+            ..PodGrants::default()
+        }
+    }
+
+    /// What a restricted plugin is refused for turning `before` into `after`.
+    fn refused(before: &Value, after: &Value) -> Vec<String> {
+        let (b, a) = (privileges(before), privileges(after));
+        added(&b, &a)
+            .filter(|p| tenant().check(p).is_err())
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn removing_a_restriction_is_adding_a_privilege() {
+        let before = pod(json!({"containers": [restricted_container("node")]}));
+        assert!(refused(&before, &before).is_empty());
+        let sc = "/spec/replicatedJobs/0/template/spec/template/spec/containers/0/securityContext";
+        let removals: [(&str, Value, &str); 6] = [
+            (
+                "/capabilities/drop",
+                json!([]),
+                "capabilities.drop without ALL",
+            ),
+            (
+                "/capabilities",
+                Value::Null,
+                "capabilities.drop without ALL",
+            ),
+            ("/seccompProfile", json!({}), "seccompProfile neither"),
+            ("/runAsNonRoot", Value::Null, "runAsNonRoot not true"),
+            (
+                "/allowPrivilegeEscalation",
+                Value::Null,
+                "allowPrivilegeEscalation not false",
+            ),
+            ("", Value::Null, "allowPrivilegeEscalation not false"),
+        ];
+        for (field, value, words) in removals {
+            let mut after = before.clone();
+            *after.pointer_mut(&format!("{sc}{field}")).unwrap() = value.clone();
+            let r = refused(&before, &after);
+            assert!(
+                r.iter()
+                    .any(|x| x.contains(words) && x.contains("\"node\"")),
+                "{field} = {value}: {r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn pod_level_restrictions_count_for_every_container() {
+        let mut c = restricted_container("node");
+        let sc = c["securityContext"].as_object_mut().unwrap();
+        sc.remove("runAsNonRoot");
+        sc.remove("seccompProfile");
+        let before = pod(json!({"securityContext": {"runAsNonRoot": true,
+            "seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}}, "containers": [c]}));
+        assert!(
+            refused(&json!({}), &before).is_empty(),
+            "{:?}",
+            refused(&json!({}), &before)
+        );
+        let mut after = before.clone();
+        after["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("securityContext");
+        let r = refused(&before, &after);
+        assert_eq!(r.len(), 2, "{r:?}");
+    }
+
+    #[test]
+    fn a_runtime_without_restrictions_blames_no_plugin_but_an_added_container_must_meet_them() {
+        let bare = pod(json!({"containers": [{"name": "node", "image": "app:1"}]}));
+        assert!(refused(&bare, &bare).is_empty());
+        let mut sidecar = bare.clone();
+        sidecar["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "side", "image": "side:1"}));
+        let r = refused(&bare, &sidecar);
+        assert_eq!(r.len(), 4, "{r:?}");
+        assert!(r.iter().all(|x| x.contains("\"side\"")), "{r:?}");
+        let mut good = bare.clone();
+        good["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+            .as_array_mut()
+            .unwrap()
+            .push(restricted_container("side"));
+        assert!(refused(&bare, &good).is_empty());
+        // A patch's partial container (no image) is not judged.
+        let patch = json!({"spec": {"containers": [{"name": "node", "env": [{"name": "A", "value": "1"}]}]}});
+        assert!(refused(&json!({}), &patch).is_empty());
+        // A cluster plugin (baseline) may remove restrictions.
+        let before = pod(json!({"containers": [restricted_container("node")]}));
+        let (b, a) = (privileges(&before), privileges(&bare));
+        assert!(added(&b, &a).all(|p| PodGrants::default().check(p).is_ok()));
+    }
+
+    #[test]
+    fn root_is_root_however_it_is_spelled() {
+        for v in [json!(0), json!(0.0), json!(-0.0)] {
+            let p = privileges(&json!({"securityContext": {"runAsUser": v}}));
+            assert!(
+                p.iter().any(|x| x.to_string().starts_with("runAsUser 0")),
+                "{v}: {p:?}"
+            );
+        }
+        for v in [json!(-1), json!(1.5), json!("0")] {
+            let p = privileges(&json!({"securityContext": {"runAsUser": v}}));
+            assert!(
+                p.iter().any(|x| x.to_string().starts_with("runAsUser ")),
+                "{v}: {p:?}"
+            );
+        }
+        for v in [json!(1000), json!(1000.0), Value::Null] {
+            let p = privileges(&json!({"securityContext": {"runAsUser": v}}));
+            assert!(p.is_empty(), "{v}: {p:?}");
+        }
     }
 
     #[test]

@@ -431,6 +431,90 @@ fn run_as_a_tenant_plugin_within_the_ceiling() {
     }
 }
 
+/// A tenant plugin (held to the restricted level) on a runtime whose pods
+/// meet it: removing any restriction, or reaching root by a number's
+/// spelling, is refused naming it; leaving them alone is served.
+#[test]
+fn a_tenant_plugin_cannot_weaken_a_restricted_runtime() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = hostile_declaring(&json!({"name": "team-weaken", "emits": [["v1", "ConfigMap"]]}));
+    let wasm = dir.path().join("team.wasm");
+    std::fs::write(&wasm, &bytes).unwrap();
+    let digest = trainforge::plugin::sha256_hex(&bytes);
+    let tj = dir.path().join("trainjob.json");
+    std::fs::write(&tj, trainjob().to_string()).unwrap();
+    let mut rt = runtime();
+    rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+        [0]["securityContext"] = json!({
+        "allowPrivilegeEscalation": false, "runAsNonRoot": true, "runAsUser": 1000,
+        "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}});
+    let rt_path = dir.path().join("runtime.json");
+    std::fs::write(&rt_path, rt.to_string()).unwrap();
+    let sc = "/templateSpec/obj/replicatedJobs/0/template/spec/template/spec/containers/0/securityContext";
+    let run = |config: serde_json::Value| {
+        let tp = dir.path().join("tp.json");
+        std::fs::write(
+            &tp,
+            json!({"apiVersion": "trainforge.dev/v1alpha1", "kind": "TrainerPlugin",
+                "metadata": {"name": "weaken", "namespace": "team"}, "spec": {
+                "source": {"configMap": {"namespace": "team", "name": "m", "key": "plugin.wasm"}},
+                "sha256": digest, "config": config}})
+            .to_string(),
+        )
+        .unwrap();
+        trainforge(&[
+            "plugin",
+            "run",
+            wasm.to_str().unwrap(),
+            "--trainjob",
+            tj.to_str().unwrap(),
+            "--runtime",
+            rt_path.to_str().unwrap(),
+            "--trainer-plugin",
+            tp.to_str().unwrap(),
+        ])
+    };
+    let (ok, _, err) = run(json!({}));
+    assert!(ok, "a plugin that changes nothing: {err}");
+    let set = |field: &str, value: serde_json::Value| {
+        json!({"set": [{"phase": "enforce-pod-spec", "target": "info",
+            "pointer": format!("{sc}{field}"), "value": value}]})
+    };
+    for (field, value, words) in [
+        ("/runAsUser", json!(0.0), "runAsUser 0"),
+        (
+            "/capabilities/drop",
+            json!([]),
+            "capabilities.drop without ALL",
+        ),
+        ("/capabilities", json!({}), "capabilities.drop without ALL"),
+        (
+            "/seccompProfile",
+            json!({}),
+            "seccompProfile neither RuntimeDefault nor Localhost",
+        ),
+        (
+            "/seccompProfile/type",
+            json!("Unconfined"),
+            "seccompProfile Unconfined",
+        ),
+        ("/runAsNonRoot", Value::Null, "runAsNonRoot not true"),
+        (
+            "/allowPrivilegeEscalation",
+            Value::Null,
+            "allowPrivilegeEscalation not false",
+        ),
+        ("", json!({}), "allowPrivilegeEscalation not false"),
+    ] {
+        let (ok, _, err) = run(set(field, value.clone()));
+        assert!(!ok, "{field} = {value} must be refused");
+        for w in ["PodSecurity", words] {
+            assert!(err.contains(w), "{field} = {value}: {w:?} missing in {err}");
+        }
+    }
+}
+
 /// `plugin precompile` writes an artifact per builtin that a runtime
 /// configured like the operator's loads as shipped (no compile), never
 /// writing into or evicting from the shipped directory; a shipped artifact
