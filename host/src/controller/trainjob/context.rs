@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use backon::BackoffBuilder as _;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::watch;
 use tracing::debug;
@@ -68,6 +69,23 @@ impl Plugins for FixedPlugins {
 /// sooner).
 pub const NO_PLUGINS_RETRY: Duration = Duration::from_secs(30);
 
+/// The first retry delay of a failing TrainJob.
+pub const RETRY_FIRST: Duration = Duration::from_millis(500);
+
+/// The longest retry delay of a failing TrainJob (before jitter).
+pub const RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// The retry delays of a TrainJob failing in a row (a well-kept crate's
+/// exponential backoff with jitter rather than our own).
+fn retry_delays() -> backon::ExponentialBuilder {
+    backon::ExponentialBuilder::new()
+        .with_min_delay(RETRY_FIRST)
+        .with_factor(2.0)
+        .with_max_delay(RETRY_MAX)
+        .with_jitter()
+        .without_max_times()
+}
+
 /// Tunables of the TrainJob controller.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -112,8 +130,9 @@ pub struct Context {
     pub renders: render_memo::RenderMemo,
     /// Runtimes parsed from snapshot ConfigMaps.
     pub snapshots: snapshot::ParsedSnapshots,
-    /// Consecutive failures per TrainJob, for the retry backoff.
-    failures: Mutex<HashMap<ObjectRef<TrainJob>, u32>>,
+    /// Per TrainJob failing in a row, its retry delays (see
+    /// [`Context::backoff`]).
+    failures: Mutex<HashMap<ObjectRef<TrainJob>, backon::ExponentialBackoff>>,
     /// TrainJobs whose last reconcile found no plugin set able to serve
     /// them: reconciled again when the set changes to one that can.
     waiting: Mutex<HashSet<ObjectRef<TrainJob>>>,
@@ -171,19 +190,18 @@ impl Context {
         self
     }
 
+    /// The delay before retrying `job` after one more failure in a row:
+    /// exponential from [`RETRY_FIRST`] (doubling, at most [`RETRY_MAX`]),
+    /// each delay plus a random part of up to itself, so that TrainJobs
+    /// that failed together do not retry together. A success starts over.
     pub(super) fn backoff(&self, job: &TrainJob) -> Duration {
         let key = ObjectRef::from_obj(job);
-        let n = self
-            .failures
-            .lock()
-            .map(|mut f| {
-                let n = f.entry(key).or_insert(0);
-                *n = n.saturating_add(1);
-                *n
-            })
-            .unwrap_or(1);
-        Duration::from_millis(500u64.saturating_mul(1u64 << n.min(10)))
-            .min(Duration::from_secs(300))
+        let next = self.failures.lock().ok().and_then(|mut f| {
+            f.entry(key)
+                .or_insert_with(|| retry_delays().build())
+                .next()
+        });
+        next.unwrap_or(RETRY_MAX)
     }
 
     pub(super) fn succeeded(&self, job: &TrainJob) {
