@@ -330,6 +330,38 @@ fn run_bounds_compilation() {
     assert!(!ok && err.contains("not a regular file"), "{err}");
 }
 
+/// A hostile guest named `name` (emitting ConfigMaps), the test TrainJob
+/// and `runtime`, written to a temporary directory for `plugin run
+/// --trainer-plugin`.
+struct TenantFixture {
+    dir: tempfile::TempDir,
+    wasm: std::path::PathBuf,
+    digest: String,
+    tj: std::path::PathBuf,
+    rt: std::path::PathBuf,
+}
+
+impl TenantFixture {
+    fn new(name: &str, runtime: Value) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes =
+            hostile_declaring(&serde_json::json!({"name": name, "emits": [["v1", "ConfigMap"]]}));
+        let wasm = dir.path().join("team.wasm");
+        std::fs::write(&wasm, &bytes).unwrap();
+        let tj = dir.path().join("trainjob.json");
+        std::fs::write(&tj, trainjob().to_string()).unwrap();
+        let rt = dir.path().join("runtime.json");
+        std::fs::write(&rt, runtime.to_string()).unwrap();
+        TenantFixture {
+            digest: trainforge::plugin::sha256_hex(&bytes),
+            dir,
+            wasm,
+            tj,
+            rt,
+        }
+    }
+}
+
 /// `plugin run --trainer-plugin`: a team tries its plugin as the operator
 /// would serve it — the TrainerPlugin's config and options, the ceiling of
 /// `--policy` (or the defaults), the restricted pod level — before
@@ -337,15 +369,13 @@ fn run_bounds_compilation() {
 #[test]
 fn run_as_a_tenant_plugin_within_the_ceiling() {
     use serde_json::json;
-    let dir = tempfile::tempdir().unwrap();
-    let bytes = hostile_declaring(&json!({"name": "team-env", "emits": [["v1", "ConfigMap"]]}));
-    let wasm = dir.path().join("team.wasm");
-    std::fs::write(&wasm, &bytes).unwrap();
-    let digest = trainforge::plugin::sha256_hex(&bytes);
-    let tj = dir.path().join("trainjob.json");
-    std::fs::write(&tj, trainjob().to_string()).unwrap();
-    let rt = dir.path().join("runtime.json");
-    std::fs::write(&rt, runtime().to_string()).unwrap();
+    let TenantFixture {
+        dir,
+        wasm,
+        digest,
+        tj,
+        rt,
+    } = TenantFixture::new("team-env", runtime());
     let pod = "/templateSpec/obj/replicatedJobs/0/template/spec/template/spec";
     let run = |ns: &str, extra: serde_json::Value, policy: Option<serde_json::Value>| {
         let mut spec = json!({
@@ -437,20 +467,18 @@ fn run_as_a_tenant_plugin_within_the_ceiling() {
 #[test]
 fn a_tenant_plugin_cannot_weaken_a_restricted_runtime() {
     use serde_json::json;
-    let dir = tempfile::tempdir().unwrap();
-    let bytes = hostile_declaring(&json!({"name": "team-weaken", "emits": [["v1", "ConfigMap"]]}));
-    let wasm = dir.path().join("team.wasm");
-    std::fs::write(&wasm, &bytes).unwrap();
-    let digest = trainforge::plugin::sha256_hex(&bytes);
-    let tj = dir.path().join("trainjob.json");
-    std::fs::write(&tj, trainjob().to_string()).unwrap();
     let mut rt = runtime();
     rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
         [0]["securityContext"] = json!({
         "allowPrivilegeEscalation": false, "runAsNonRoot": true, "runAsUser": 1000,
         "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}});
-    let rt_path = dir.path().join("runtime.json");
-    std::fs::write(&rt_path, rt.to_string()).unwrap();
+    let TenantFixture {
+        dir,
+        wasm,
+        digest,
+        tj,
+        rt: rt_path,
+    } = TenantFixture::new("team-weaken", rt);
     let sc = "/templateSpec/obj/replicatedJobs/0/template/spec/template/spec/containers/0/securityContext";
     let run = |config: serde_json::Value| {
         let tp = dir.path().join("tp.json");
