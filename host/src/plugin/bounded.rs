@@ -29,6 +29,57 @@ pub const MAX_FIELD_ERRORS: usize = 128;
 /// `host.get-object` calls one guest call may make.
 pub const MAX_READS_PER_CALL: usize = 256;
 
+/// Bytes of the TrainJob status one `status` call may return (JSON). A
+/// TrainJob's status is a few conditions and one entry per replicated job.
+pub const MAX_STATUS_BYTES: usize = 64 << 10;
+
+/// Conditions in the status one `status` call may return.
+pub const MAX_STATUS_CONDITIONS: usize = 32;
+
+/// Bytes of one condition message in a returned status (the API's own
+/// bound on a condition message).
+pub const MAX_CONDITION_MESSAGE_BYTES: usize = 32 << 10;
+
+/// Why a status a plugin returned (`text`, parsed as `status`) is out of
+/// bounds, if it is: at most [`MAX_STATUS_BYTES`], at most
+/// [`MAX_STATUS_CONDITIONS`] conditions, each message at most
+/// [`MAX_CONDITION_MESSAGE_BYTES`].
+pub fn status_refusal(text: &str, status: &serde_json::Value) -> Option<String> {
+    let conditions = status
+        .get("conditions")
+        .and_then(serde_json::Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    if conditions.len() > MAX_STATUS_CONDITIONS {
+        return Some(format!(
+            "status has {} conditions, more than {MAX_STATUS_CONDITIONS}",
+            conditions.len()
+        ));
+    }
+    let long = conditions.iter().find_map(|c| {
+        let message = c.get("message").and_then(serde_json::Value::as_str)?;
+        (message.len() > MAX_CONDITION_MESSAGE_BYTES).then(|| {
+            format!(
+                "the message of condition {} is {} bytes, more than {MAX_CONDITION_MESSAGE_BYTES}",
+                sanitize(
+                    c.get("type")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or("?"),
+                    64
+                ),
+                message.len()
+            )
+        })
+    });
+    long.or_else(|| {
+        (text.len() > MAX_STATUS_BYTES).then(|| {
+            format!(
+                "status is {} bytes, more than {MAX_STATUS_BYTES}",
+                text.len()
+            )
+        })
+    })
+}
+
 /// Whether `c` must be escaped in text shown to people.
 fn needs_escape(c: char) -> bool {
     c.is_control()
@@ -90,5 +141,26 @@ mod tests {
         assert!(s.ends_with("[1990 more bytes]"), "{s}");
         assert!(!message(&"x".repeat(10 << 20)).contains('\n'));
         assert!(message(&"x".repeat(10 << 20)).len() < MAX_MESSAGE_BYTES + 64);
+    }
+
+    #[test]
+    fn a_status_is_bounded_in_size_conditions_and_messages() {
+        use serde_json::json;
+        let check = |v: serde_json::Value| status_refusal(&v.to_string(), &v);
+        let cond = |t: &str, m: &str| json!({"type": t, "status": "True", "message": m});
+        assert_eq!(
+            check(json!({"conditions": [cond("Complete", "done")]})),
+            None
+        );
+        let many: Vec<_> = (0..=MAX_STATUS_CONDITIONS)
+            .map(|i| cond(&format!("C{i}"), ""))
+            .collect();
+        let e = check(json!({ "conditions": many })).unwrap();
+        assert!(e.contains("33 conditions"), "{e}");
+        let long = "x".repeat(MAX_CONDITION_MESSAGE_BYTES + 1);
+        let e = check(json!({"conditions": [cond("Complete", &long)]})).unwrap();
+        assert!(e.contains("condition Complete"), "{e}");
+        let e = check(json!({"jobsStatus": [{"name": "x".repeat(MAX_STATUS_BYTES)}]})).unwrap();
+        assert!(e.contains("bytes, more than"), "{e}");
     }
 }

@@ -75,6 +75,9 @@ pub struct BuiltinNeeds {
     /// Kinds it reads that need an explicit `allowedReads` (Secrets,
     /// cluster-scoped kinds); `None` when it needs no list.
     pub allowed_reads: Option<Vec<KindRef>>,
+    /// Kinds it emits that are off the default allow-list
+    /// ([`super::kinds::DEFAULT_EMITS`]); `None` when it needs no list.
+    pub allowed_kinds: Option<Vec<KindRef>>,
 }
 
 /// What the builtin plugin called `name` (`torch` or `plugin-torch`) needs.
@@ -83,6 +86,15 @@ pub fn needs(name: &str) -> BuiltinNeeds {
         "mpi" => BuiltinNeeds {
             random: true,
             allowed_reads: Some(vec![KindRef::new("v1", "Secret")]),
+            allowed_kinds: None,
+        },
+        // The elastic policy's HorizontalPodAutoscaler.
+        "torch" => BuiltinNeeds {
+            allowed_kinds: Some(vec![KindRef::new(
+                "autoscaling/v2",
+                "HorizontalPodAutoscaler",
+            )]),
+            ..BuiltinNeeds::default()
         },
         "volcano" => BuiltinNeeds {
             random: false,
@@ -90,6 +102,7 @@ pub fn needs(name: &str) -> BuiltinNeeds {
                 KindRef::new("scheduling.volcano.sh/v1beta1", "PodGroup"),
                 KindRef::new("scheduling.k8s.io/v1", "PriorityClass"),
             ]),
+            allowed_kinds: None,
         },
         _ => BuiltinNeeds::default(),
     }
@@ -113,6 +126,7 @@ impl BuiltinPlugin {
             ..Grants::default()
         };
         src.allowed_reads = needs.allowed_reads;
+        src.allowed_emits = needs.allowed_kinds;
         src
     }
 }

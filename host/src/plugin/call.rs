@@ -507,13 +507,13 @@ impl LoadedPlugin {
                 None => Ok(None),
                 Some(s) => {
                     self.check_size(Phase::Status, s.len())?;
-                    serde_json::from_str(&s).map(Some).map_err(|e| {
-                        Error::invalid_output(
-                            self.name(),
-                            Phase::Status,
-                            format!("status is not valid JSON: {e}"),
-                        )
-                    })
+                    let invalid = |m: String| Error::invalid_output(self.name(), Phase::Status, m);
+                    let status: Value = serde_json::from_str(&s)
+                        .map_err(|e| invalid(format!("status is not valid JSON: {e}")))?;
+                    if let Some(why) = bounded::status_refusal(&s, &status) {
+                        return Err(invalid(why));
+                    }
+                    Ok(Some(status))
                 }
             },
         )

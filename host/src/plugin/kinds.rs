@@ -3,14 +3,19 @@
 //! A plugin may emit an object only if its kind is
 //! 1. declared in the plugin's `emits`,
 //! 2. allowed by the administrator (`allowedKinds`, when set),
-//! 3. not on the host-wide deny set ([`emit_rule`]): never RBAC, admission,
+//! 3. on the default allow-list ([`DEFAULT_EMITS`]: what the builtins and
+//!    the gang backends need: ConfigMaps, Secrets, JobSets, PodGroups), or
+//!    listed explicitly by the administrator: a kind the API grows is not
+//!    emitted by default (an `autoscaling/v2` HorizontalPodAutoscaler can
+//!    scale anyone's Deployment);
+//! 4. not on the host-wide deny set ([`emit_rule`]): never RBAC, admission,
 //!    CRDs, API services, certificates, authentication/authorization,
 //!    leases (`coordination.k8s.io`), flow control, storage and node
 //!    classes, scheduling priorities, Events, or anything of
 //!    `trainer.kubeflow.org` and `trainforge.dev`; Pods, ServiceAccounts,
 //!    Services, Endpoints, workload controllers, quotas and network
 //!    policies only when the administrator lists them explicitly;
-//! 4. namespaced. The operator decides scope by API discovery when it
+//! 5. namespaced. The operator decides scope by API discovery when it
 //!    admits a plugin; [`KNOWN_CLUSTER_SCOPED`] is only the fallback of
 //!    contexts without a cluster (`trainforge render`, `plugin run`).
 //!
@@ -83,6 +88,19 @@ const EXPLICIT: &[(&str, &str, &str)] = &[
     ("resource.k8s.io", "*", "device claims"),
 ];
 
+/// Kinds a plugin may emit without the administrator listing them
+/// (`group`, `kind`; any version): the objects the builtins build (the
+/// TrainJob's JobSet, MPI's ConfigMap and Secret) and the PodGroups of the
+/// gang schedulers the builtins serve (coscheduling, Volcano). Everything
+/// else needs `allowedKinds` (or a tenant ceiling's) to list it.
+pub const DEFAULT_EMITS: &[(&str, &str)] = &[
+    ("", "ConfigMap"),
+    ("", "Secret"),
+    ("jobset.x-k8s.io", "JobSet"),
+    ("scheduling.x-k8s.io", "PodGroup"),
+    ("scheduling.volcano.sh", "PodGroup"),
+];
+
 /// Cluster-scoped kinds known without asking the API server.
 pub const KNOWN_CLUSTER_SCOPED: &[&str] = &[
     "Namespace",
@@ -142,7 +160,13 @@ pub fn emit_rule(kind: &KindRef) -> KindRule {
     {
         return KindRule::Explicit(why);
     }
-    KindRule::Allowed
+    if DEFAULT_EMITS
+        .iter()
+        .any(|(g, k)| *g == group && *k == kind.kind)
+    {
+        return KindRule::Allowed;
+    }
+    KindRule::Explicit("not among the kinds plugins emit by default")
 }
 
 /// Whether `kind` is cluster-scoped by the fallback list.
@@ -248,6 +272,10 @@ mod tests {
             k("apps/v1", "Deployment"),
             k("batch/v1", "Job"),
             k("v1", "Service"),
+            // Not on the default allow-list: listed by the administrator.
+            k("autoscaling/v2", "HorizontalPodAutoscaler"),
+            k("example.com/v1", "Widget"),
+            k("monitoring.coreos.com/v1", "ServiceMonitor"),
         ] {
             assert!(
                 matches!(emit_rule(&explicit), KindRule::Explicit(_)),
@@ -258,7 +286,8 @@ mod tests {
             k("v1", "ConfigMap"),
             k("v1", "Secret"),
             k("jobset.x-k8s.io/v1alpha2", "JobSet"),
-            k("autoscaling/v2", "HorizontalPodAutoscaler"),
+            k("scheduling.x-k8s.io/v1alpha1", "PodGroup"),
+            k("scheduling.volcano.sh/v1beta1", "PodGroup"),
         ] {
             assert_eq!(emit_rule(&ok), KindRule::Allowed, "{ok}");
         }
@@ -282,10 +311,18 @@ mod tests {
         assert!(effective_emits(&lease, Some(&lease)).is_err(), "never");
         let cluster = [k("example.com/v1", "ClusterQueue")];
         assert!(
-            effective_emits(&cluster, None)
+            effective_emits(&cluster, Some(&cluster))
                 .unwrap_err()
                 .contains("cluster-scoped")
         );
+        // A kind off the default allow-list needs the administrator's list.
+        let hpa = [k("autoscaling/v2", "HorizontalPodAutoscaler")];
+        let e = effective_emits(&hpa, None).unwrap_err();
+        assert!(
+            e.contains("by default") && e.contains("allowedKinds"),
+            "{e}"
+        );
+        assert_eq!(effective_emits(&hpa, Some(&hpa)).unwrap(), hpa.to_vec());
     }
 
     #[test]

@@ -325,8 +325,16 @@ impl PluginRuntime {
             plugin: descriptor.name.clone(),
             message,
         };
-        let emits = kinds::effective_emits(&descriptor.emits, src.allowed_emits.as_deref())
-            .map_err(forbidden)?;
+        // A builtin without `allowedKinds` may emit the kinds it needs to do
+        // what upstream does (the elastic policy's autoscaler): it is our
+        // own code, and a configuration written before the default
+        // allow-list keeps working.
+        let builtin_kinds = src
+            .builtin
+            .then(|| super::builtin::needs(&descriptor.name).allowed_kinds)
+            .flatten();
+        let allowed_emits = src.allowed_emits.as_deref().or(builtin_kinds.as_deref());
+        let emits = kinds::effective_emits(&descriptor.emits, allowed_emits).map_err(forbidden)?;
         let reads = kinds::effective_reads(&descriptor.reads, src.allowed_reads.as_deref())
             .map_err(forbidden)?;
         let wants = |c: &str| descriptor.capabilities.iter().any(|x| x == c);

@@ -15,9 +15,20 @@
 //!   must point at it, and the host writes the one controller reference
 //!   every object carries itself (so every object is garbage-collected with
 //!   its TrainJob);
-//! - no finalizers, no service-account token Secrets, not the host's own
-//!   object names (the runtime snapshot); server-managed metadata (uid,
-//!   resourceVersion, ...) is dropped.
+//! - the name is derived from the TrainJob's, so that no TrainJob's plugins
+//!   can take a name the host or another TrainJob will need
+//!   ([`name_refusal`]): a JobSet is named exactly as its TrainJob (the
+//!   JobSet of TrainJob `b` can only come from `b`), every other object is
+//!   named as the TrainJob or `<trainjob>-…`, and no object's name ends in
+//!   [`SNAPSHOT_SUFFIX`] (the host's runtime snapshots, of this TrainJob or
+//!   another);
+//! - no finalizers, no service-account token Secrets; server-managed
+//!   metadata (uid, resourceVersion, ...) is dropped.
+//!
+//! What naming cannot rule out (TrainJob `a` emitting `a-b-hostfile`
+//! before TrainJob `a-b` does) the operator stops when applying: it never
+//! takes over an object another TrainJob controls, and never reads one as
+//! this TrainJob's (see [`Owner::foreign_controller`]).
 
 use super::Error;
 use super::bounded::{self, MAX_OBJECT_BYTES, MAX_OBJECTS_PER_CALL};
@@ -87,6 +98,36 @@ impl Owner {
     /// Name of the host's runtime snapshot ConfigMap of this TrainJob.
     pub fn snapshot_name(&self) -> String {
         format!("{}{SNAPSHOT_SUFFIX}", self.name)
+    }
+
+    /// The TrainJob other than this one that controls `object` (its
+    /// controller owner reference), as `namespace/name`; `None` when the
+    /// object has no TrainJob controller or is this TrainJob's. Compared by
+    /// uid when both are known, by name otherwise (dry runs of a TrainJob
+    /// read from a file have no uid).
+    pub fn foreign_controller(&self, object: &Value) -> Option<String> {
+        self.foreign_among(object.pointer("/metadata/ownerReferences")?)
+    }
+
+    /// [`Self::foreign_controller`] of an object whose
+    /// `metadata.ownerReferences` is `refs`.
+    pub fn foreign_among(&self, refs: &Value) -> Option<String> {
+        let controller = refs
+            .as_array()?
+            .iter()
+            .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))?;
+        let s = |k: &str| controller.get(k).and_then(Value::as_str);
+        if s("kind") != Some(TRAINJOB_KIND)
+            || s("apiVersion").and_then(|v| v.split('/').next()) != Some(GROUP)
+        {
+            return None;
+        }
+        let name = s("name").unwrap_or_default();
+        let same = match (&self.uid, s("uid")) {
+            (Some(want), Some(got)) => want == got,
+            _ => name == self.name,
+        };
+        (!same).then(|| bounded::sanitize(&format!("{}/{name}", self.namespace), 320))
     }
 
     /// Which identity field `trainjob` changed compared with this owner, if
@@ -248,11 +289,8 @@ fn check_object(
             ));
         }
     }
-    if kref.group().is_empty() && kref.kind == "ConfigMap" && name == owner.snapshot_name() {
-        return Err(forbidden(
-            o,
-            "the name is the host's runtime snapshot of this TrainJob".into(),
-        ));
+    if let Some(why) = name_refusal(&kref, &name, owner) {
+        return Err(forbidden(o, why));
     }
     if kref.group().is_empty()
         && kref.kind == "Secret"
@@ -305,6 +343,44 @@ fn check_object(
     Ok(())
 }
 
+/// Why an object of kind `kind` named `name` may not be emitted for
+/// `owner`, if it may not: names are derived from the TrainJob's so that
+/// they cannot be another TrainJob's (see the module doc).
+pub fn name_refusal(kind: &KindRef, name: &str, owner: &Owner) -> Option<String> {
+    let shown = bounded::sanitize(name, 64);
+    if name.ends_with(SNAPSHOT_SUFFIX) {
+        let of = if name == owner.snapshot_name() {
+            "this TrainJob".to_owned()
+        } else {
+            format!(
+                "TrainJob {:?}",
+                bounded::sanitize(name.trim_end_matches(SNAPSHOT_SUFFIX), 64)
+            )
+        };
+        return Some(format!(
+            "the name {shown:?} is the host's runtime snapshot of {of}"
+        ));
+    }
+    if kind.group() == "jobset.x-k8s.io" && kind.kind == "JobSet" {
+        return (name != owner.name).then(|| {
+            format!(
+                "a JobSet is named as its TrainJob ({:?}), not {shown:?}: that name is the JobSet of another TrainJob",
+                owner.name
+            )
+        });
+    }
+    let derived = name == owner.name
+        || name
+            .strip_prefix(owner.name.as_str())
+            .is_some_and(|rest| rest.starts_with('-'));
+    (!derived).then(|| {
+        format!(
+            "the name {shown:?} is not derived from the TrainJob's: it must be {:?} or start with \"{}-\"",
+            owner.name, owner.name
+        )
+    })
+}
+
 /// Namespace and owner reference as the host decides them; server-managed
 /// fields removed.
 fn normalize_metadata(meta: &mut Map<String, Value>, owner: &Owner) {
@@ -351,7 +427,7 @@ mod tests {
     #[test]
     fn defaults_namespace_and_writes_the_one_owner_reference() {
         let out = check(cm(
-            json!({"name": "x", "uid": "forged", "resourceVersion": "9"}),
+            json!({"name": "job-x", "uid": "forged", "resourceVersion": "9"}),
         ))
         .unwrap();
         let meta = &out[0]["metadata"];
@@ -360,7 +436,7 @@ mod tests {
         assert_eq!(meta["ownerReferences"][0]["uid"], "u1");
         assert!(meta.get("uid").is_none() && meta.get("resourceVersion").is_none());
         // A reference to the same TrainJob (any apiVersion of the group) is fine.
-        let out = check(cm(json!({"name": "x", "ownerReferences": [
+        let out = check(cm(json!({"name": "job-x", "ownerReferences": [
             {"apiVersion": "trainer.kubeflow.org/v1", "kind": "TrainJob", "name": "job", "uid": "u1", "controller": false}]})))
         .unwrap();
         assert_eq!(out[0]["metadata"]["ownerReferences"][0]["controller"], true);
@@ -373,7 +449,7 @@ mod tests {
             ("coordination.k8s.io/v1", "Lease"),
             ("example.com/v1", "ClusterQueue"),
         ] {
-            let e = check(json!({"apiVersion": api, "kind": kind, "metadata": {"name": "x"}}))
+            let e = check(json!({"apiVersion": api, "kind": kind, "metadata": {"name": "job-x"}}))
                 .unwrap_err();
             assert_eq!(e.reason(), "ForbiddenObject", "{kind}: {e}");
         }
@@ -381,10 +457,10 @@ mod tests {
 
     #[test]
     fn refuses_undeclared_foreign_namespace_and_foreign_owners() {
-        let e = check(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}}))
+        let e = check(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "job-x"}}))
             .unwrap_err();
         assert_eq!(e.reason(), "ForbiddenObject");
-        let e = check(cm(json!({"name": "x", "namespace": "kube-system"}))).unwrap_err();
+        let e = check(cm(json!({"name": "job-x", "namespace": "kube-system"}))).unwrap_err();
         assert!(e.to_string().contains("kube-system"), "{e}");
         for r in [
             json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "other"}),
@@ -392,7 +468,7 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "job"}),
             json!({"apiVersion": "evil.io/v1", "kind": "TrainJob", "name": "job"}),
         ] {
-            let e = check(cm(json!({"name": "x", "ownerReferences": [r]}))).unwrap_err();
+            let e = check(cm(json!({"name": "job-x", "ownerReferences": [r]}))).unwrap_err();
             assert_eq!(e.reason(), "ForbiddenObject", "{e}");
         }
     }
@@ -402,10 +478,13 @@ mod tests {
         let e = check(cm(json!({"name": "job-runtime-snapshot"}))).unwrap_err();
         assert!(e.to_string().contains("snapshot"), "{e}");
         let e = check(json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
-            "metadata": {"name": "t", "annotations": {"kubernetes.io/service-account.name": "default"}}}))
+            "metadata": {"name": "job-t", "annotations": {"kubernetes.io/service-account.name": "default"}}}))
         .unwrap_err();
         assert_eq!(e.reason(), "ForbiddenObject");
-        let e = check(cm(json!({"name": "x", "finalizers": ["keep.me/forever"]}))).unwrap_err();
+        let e = check(cm(
+            json!({"name": "job-x", "finalizers": ["keep.me/forever"]}),
+        ))
+        .unwrap_err();
         assert!(e.to_string().contains("finalizers"), "{e}");
         for meta in [
             json!({"generateName": "x-"}),
@@ -419,17 +498,17 @@ mod tests {
 
     #[test]
     fn bounds_count_size_and_shape() {
-        let one = cm(json!({"name": "x"})).to_string();
+        let one = cm(json!({"name": "job-x"})).to_string();
         let e = check_objects("p", &emits(), &owner(), vec![one; MAX_OBJECTS_PER_CALL + 1])
             .unwrap_err();
         assert_eq!(e.reason(), "InvalidOutput");
-        let big = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"},
+        let big = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "job-x"},
             "data": {"k": "x".repeat(MAX_OBJECT_BYTES)}});
         assert_eq!(check(big).unwrap_err().reason(), "InvalidOutput");
         let e = check_objects("p", &emits(), &owner(), vec!["{".into()]).unwrap_err();
         assert_eq!(e.reason(), "InvalidOutput");
         assert_eq!(
-            check(json!({"kind": "ConfigMap", "metadata": {"name": "x"}}))
+            check(json!({"kind": "ConfigMap", "metadata": {"name": "job-x"}}))
                 .unwrap_err()
                 .reason(),
             "InvalidOutput"
@@ -450,6 +529,88 @@ mod tests {
         let mut renamed = tj.clone();
         renamed["metadata"]["uid"] = json!("u2");
         assert_eq!(o.changed_field(&renamed), Some("metadata.uid"));
-        assert!(Owner::from_stored(&json!({"metadata": {"name": "x"}})).is_err());
+        assert!(Owner::from_stored(&json!({"metadata": {"name": "job-x"}})).is_err());
+    }
+
+    #[test]
+    fn names_are_derived_from_the_trainjob_so_none_is_another_trainjobs() {
+        let jobset = |name: &str| json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name}});
+        let mut emits = emits();
+        emits.insert(KindRef::new("jobset.x-k8s.io/v1alpha2", "JobSet"));
+        let run = |o: Value| check_objects("p", &emits, &owner(), vec![o.to_string()]);
+        // Accepted: the TrainJob's own name, and `<trainjob>-…`.
+        for name in ["job", "job-hostfile", "job-mpi-ssh-auth", "job-1"] {
+            run(cm(json!({"name": name}))).unwrap();
+        }
+        run(jobset("job")).unwrap();
+        // Refused, naming why: another TrainJob's JobSet (a TrainJob that
+        // does not exist yet included), names not derived from this one's,
+        // and any runtime snapshot.
+        for (o, says) in [
+            (jobset("victim"), "JobSet of another TrainJob"),
+            (jobset("job-2"), "JobSet of another TrainJob"),
+            (cm(json!({"name": "victim-hostfile"})), "not derived"),
+            (cm(json!({"name": "jobx"})), "not derived"),
+            (cm(json!({"name": "jo"})), "not derived"),
+            (cm(json!({"name": "job.x"})), "not derived"),
+            (
+                cm(json!({"name": "job-runtime-snapshot"})),
+                "snapshot of this TrainJob",
+            ),
+            (
+                cm(json!({"name": "job-b-runtime-snapshot"})),
+                "snapshot of TrainJob \"job-b\"",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "victim-runtime-snapshot"}}),
+                "snapshot",
+            ),
+        ] {
+            let e = run(o.clone()).unwrap_err();
+            assert_eq!(e.reason(), "ForbiddenObject", "{o}: {e}");
+            assert!(e.to_string().contains(says), "{o}: {e}");
+        }
+    }
+
+    #[test]
+    fn objects_of_other_trainjobs_are_foreign() {
+        let with = |r: Value| json!({"metadata": {"ownerReferences": [r]}});
+        let tj = |name: &str, uid: &str, controller: bool| {
+            json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "name": name, "uid": uid, "controller": controller})
+        };
+        let o = owner();
+        assert_eq!(o.foreign_controller(&with(tj("job", "u1", true))), None);
+        assert_eq!(
+            o.foreign_controller(&with(tj("attacker", "u9", true))),
+            Some("team-a/attacker".into())
+        );
+        // The same name with another uid: a TrainJob of that name that was
+        // deleted and created again, or a squatter.
+        assert_eq!(
+            o.foreign_controller(&with(tj("job", "u2", true))),
+            Some("team-a/job".into())
+        );
+        // Not a controller, not a TrainJob, no references: not foreign.
+        assert_eq!(
+            o.foreign_controller(&with(tj("attacker", "u9", false))),
+            None
+        );
+        assert_eq!(
+            o.foreign_controller(&with(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "name": "d", "uid": "u3", "controller": true}))),
+            None
+        );
+        assert_eq!(o.foreign_controller(&json!({"metadata": {}})), None);
+        // Without a uid (a dry run), by name.
+        let dry = Owner {
+            uid: None,
+            ..owner()
+        };
+        assert_eq!(dry.foreign_controller(&with(tj("job", "u2", true))), None);
+        assert!(
+            dry.foreign_controller(&with(tj("other", "u2", true)))
+                .is_some()
+        );
     }
 }

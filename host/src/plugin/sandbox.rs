@@ -7,6 +7,8 @@
 //!   the TrainJob the call is for, cluster-scoped kinds and Secrets only
 //!   when the administrator listed them, at most
 //!   [`MAX_READS_PER_CALL`](super::bounded::MAX_READS_PER_CALL) per call;
+//!   an object another TrainJob controls reads as absent (a plugin never
+//!   sees, say, a JobSet squatting its TrainJob's name as that TrainJob's);
 //! - `log` lines are sanitised (no control characters, so no forged lines)
 //!   and bounded per line and per call;
 //! - nothing can wait: WASI `poll` and `pollable.block` trap at once
@@ -49,6 +51,9 @@ pub(crate) struct PluginContext {
 pub struct CallScope {
     /// The TrainJob's namespace, from the stored object.
     pub namespace: Option<String>,
+    /// The TrainJob, from the stored object: objects another TrainJob
+    /// controls are not served.
+    pub owner: Option<Owner>,
 }
 
 impl CallScope {
@@ -56,6 +61,7 @@ impl CallScope {
     pub fn of(owner: &Owner) -> Self {
         CallScope {
             namespace: Some(owner.namespace.clone()),
+            owner: Some(owner.clone()),
         }
     }
 }
@@ -331,9 +337,11 @@ impl host::Host for CallState {
             String::new()
         };
         note_read(&kind, &namespace, &name);
-        self.objects
+        let text = self
+            .objects
             .get(&kind, &namespace, &name)
-            .map_err(|e| wit::HostError::Unavailable(bounded::message(&e)))
+            .map_err(|e| wit::HostError::Unavailable(bounded::message(&e)))?;
+        Ok(text.filter(|t| !self.foreign(&kind, &namespace, &name, t)))
     }
 
     fn random_bytes(&mut self, len: u32) -> Result<Vec<u8>, wit::HostError> {
@@ -353,6 +361,42 @@ impl host::Host for CallState {
         let mut buf = vec![0u8; len];
         getrandom::fill(&mut buf).map_err(|e| wit::HostError::Unavailable(e.to_string()))?;
         Ok(buf)
+    }
+}
+
+impl CallState {
+    /// Whether the object read (`text`) is controlled by a TrainJob other
+    /// than the call's: such an object reads as absent.
+    fn foreign(&self, kind: &KindRef, namespace: &str, name: &str, text: &str) -> bool {
+        let Some(owner) = &self.scope.owner else {
+            return false;
+        };
+        /// Only the owner references are parsed.
+        #[derive(serde::Deserialize)]
+        struct Refs {
+            #[serde(default)]
+            metadata: Meta,
+        }
+        #[derive(Default, serde::Deserialize)]
+        struct Meta {
+            #[serde(default, rename = "ownerReferences")]
+            owner_references: serde_json::Value,
+        }
+        let Ok(refs) = serde_json::from_str::<Refs>(text) else {
+            return false;
+        };
+        match owner.foreign_among(&refs.metadata.owner_references) {
+            Some(holder) => {
+                tracing::warn!(
+                    plugin = %self.plugin.name,
+                    object = %format!("{kind} {namespace}/{name}"),
+                    controller = %holder,
+                    "get-object: the object is controlled by another TrainJob; read as absent"
+                );
+                true
+            }
+            None => false,
+        }
     }
 }
 

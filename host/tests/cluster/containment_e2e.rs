@@ -8,7 +8,8 @@
 //! 2. reads of other namespaces' Secrets;
 //! 3. kinds (leases, TrainJobs, runtimes, plugin configuration,
 //!    cluster-scoped kinds found by discovery);
-//! 4. name collisions with a user's objects and another TrainJob's snapshot;
+//! 4. names: a user's objects, another TrainJob's snapshot and (future)
+//!    JobSet, and a JobSet squatting a TrainJob's name before it exists;
 //! 5. pod privileges;
 //! 6. time and memory (sleeping, a component crafted to be slow to compile,
 //!    `file:///dev/zero`);
@@ -315,7 +316,14 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
     let steal = json!({"read": {"apiVersion": "v1", "kind": "Secret", "namespace": "kube-system", "name": "crown-jewels"}});
     apply(&fx.client, &attacked(&ns, "thief", "reader", steal)).await;
     let result = eventually("the read result", TIMEOUT, || async {
-        get(&fx.client, "v1", "ConfigMap", Some(&ns), "read-result").await
+        get(
+            &fx.client,
+            "v1",
+            "ConfigMap",
+            Some(&ns),
+            "thief-read-result",
+        )
+        .await
     })
     .await;
     let r = result["data"]["result"].as_str().unwrap();
@@ -350,11 +358,13 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
     apply(&fx.client, &gadget_crd("Cluster", "gadgets", "Gadget")).await;
     apply(&fx.client, &gadget_crd("Namespaced", "widgets", "Widget")).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let listed =
+        |kind: &str| json!({"allowedKinds": [{"apiVersion": "evil.example.com/v1", "kind": kind}]});
     let (reason, message) = refused(
         &fx,
         "declarer",
         json!({"name": "declarer", "emits": [["evil.example.com/v1", "Gadget"]]}),
-        json!({}),
+        listed("Gadget"),
     )
     .await;
     assert_eq!(reason, "ForbiddenKind", "{message}");
@@ -364,10 +374,25 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
         &fx,
         "declarer",
         json!({"name": "declarer", "emits": [["evil.example.com/v1", "Widget"]]}),
-        json!({}),
+        listed("Widget"),
     )
     .await;
     assert_eq!(reason, "KindNotWatchable", "{message}");
+    // A kind off the default allow-list (ConfigMap, Secret, JobSet,
+    // PodGroups) is refused unless the administrator lists it: an
+    // autoscaler could scale anyone's Deployment.
+    let (reason, message) = refused(
+        &fx,
+        "declarer",
+        json!({"name": "declarer", "emits": [["autoscaling/v2", "HorizontalPodAutoscaler"]]}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(reason, "ForbiddenKind", "{message}");
+    assert!(
+        message.contains("by default") && message.contains("allowedKinds"),
+        "{message}"
+    );
     // Emitting what it did not declare: the operator's Lease, a victim's
     // TrainJob, a runtime, the plugin configuration.
     let ns = fx.env.create_namespace("attack-kinds").await.unwrap();
@@ -448,13 +473,15 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
         runtime_before["spec"]
     );
 
-    // 4: names: a user's objects and another TrainJob's snapshot.
+    // 4: names: a user's objects, another TrainJob's snapshot and JobSet
+    // (one that does not exist yet), and a JobSet squatting a name before
+    // its TrainJob exists.
     step("4 name collisions");
     install(
         &fx,
         "squatter",
         &hostile_declaring(&json!({"name": "squatter",
-        "emits": [["v1", "ConfigMap"], ["v1", "Secret"]]})),
+        "emits": [["v1", "ConfigMap"], ["v1", "Secret"], [JOBSET, "JobSet"]]})),
         json!({}),
     )
     .await;
@@ -466,10 +493,12 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
         "metadata": {"name": "precious", "namespace": ns}, "data": {"mine": "yes"}}),
     )
     .await;
+    // A user's Secret whose name a TrainJob's plugins may use: refused when
+    // applied, not at emission.
     apply(
         &fx.client,
         &json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "precious-secret", "namespace": ns}, "stringData": {"mine": "yes"}}),
+        "metadata": {"name": "squat-1-precious", "namespace": ns}, "stringData": {"mine": "yes"}}),
     )
     .await;
     apply(
@@ -489,10 +518,25 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
     })
     .await;
     let overwrite = |name: &str, kind: &str| json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name}, "data": {"mine": "cHduZWQ="}});
-    for (i, obj) in [
-        overwrite("precious", "ConfigMap"),
-        overwrite("precious-secret", "Secret"),
-        overwrite("victim-runtime-snapshot", "ConfigMap"),
+    let squatted_jobset = json!({"apiVersion": JOBSET, "kind": "JobSet", "metadata": {"name": "later"},
+        "spec": {"replicatedJobs": []}});
+    for (i, (obj, words)) in [
+        (
+            overwrite("precious", "ConfigMap"),
+            vec!["squatter", "not derived from the TrainJob's"],
+        ),
+        (
+            overwrite("squat-1-precious", "Secret"),
+            vec!["already exists", "not controlled by this TrainJob"],
+        ),
+        (
+            overwrite("victim-runtime-snapshot", "ConfigMap"),
+            vec!["squatter", "runtime snapshot of TrainJob \"victim\""],
+        ),
+        (
+            squatted_jobset,
+            vec!["squatter", "JobSet of another TrainJob"],
+        ),
     ]
     .into_iter()
     .enumerate()
@@ -503,14 +547,79 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
             &attacked(&ns, &name, "squatter", json!({"emit": [obj]})),
         )
         .await;
-        wait_warning(
-            &fx.client,
-            &ns,
-            &name,
-            &["already exists", "not controlled by this TrainJob"],
-        )
-        .await;
+        wait_warning(&fx.client, &ns, &name, &words).await;
     }
+    assert!(
+        get(&fx.client, JOBSET, "JobSet", Some(&ns), "later")
+            .await
+            .is_none(),
+        "no JobSet squats a future TrainJob's name"
+    );
+    // A JobSet of that name made another way (by hand, controlled by
+    // another TrainJob, Completed) is never read as the new TrainJob's:
+    // it is Blocked naming the holder, and never Complete.
+    let holder = trainjob(&fx.client, &ns, "squat-0").await.unwrap();
+    apply(
+        &fx.client,
+        &json!({"apiVersion": JOBSET, "kind": "JobSet",
+            "metadata": {"name": "late", "namespace": ns, "ownerReferences": [{
+                "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "squat-0",
+                "uid": holder["metadata"]["uid"], "controller": true}]},
+            "spec": {"suspend": true, "replicatedJobs": [{"name": "node", "replicas": 1,
+                "template": {"spec": {"template": {"spec": {"restartPolicy": "Never",
+                    "containers": [{"name": "node", "image": "busybox"}]}}}}}]}}),
+    )
+    .await;
+    let jobsets: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        fx.client.clone(),
+        &ns,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "jobset.x-k8s.io",
+            "v1alpha2",
+            "JobSet",
+        )),
+    );
+    jobsets
+        .patch_status(
+            "late",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"conditions": [{"type": "Completed", "status": "True",
+                "reason": "AllJobsCompleted", "message": "jobset completed",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    apply(
+        &fx.client,
+        &trainjob_object(&ns, "late", "torch-distributed", json!({})),
+    )
+    .await;
+    let late = eventually("the late TrainJob Blocked", TIMEOUT, || async {
+        let tj = trainjob(&fx.client, &ns, "late").await?;
+        is_true(&tj, "Blocked").then_some(tj)
+    })
+    .await;
+    let blocked = condition(&late, "Blocked").unwrap();
+    let message = blocked["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("late") && message.contains("squat-0"),
+        "names the JobSet and its controller: {blocked}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let late = trainjob(&fx.client, &ns, "late").await.unwrap();
+    let squatted = get(&fx.client, JOBSET, "JobSet", Some(&ns), "late")
+        .await
+        .unwrap();
+    assert!(
+        is_true(&squatted, "Completed"),
+        "the squatting JobSet still says Completed: {squatted}"
+    );
+    assert!(
+        !is_true(&late, "Complete") && condition(&late, "Complete").is_none(),
+        "never Complete from another TrainJob's JobSet: {late}"
+    );
     let precious = get(&fx.client, "v1", "ConfigMap", Some(&ns), "precious")
         .await
         .unwrap();
@@ -519,7 +628,7 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
         precious["metadata"]["ownerReferences"].is_null(),
         "{precious}"
     );
-    let secret = get(&fx.client, "v1", "Secret", Some(&ns), "precious-secret")
+    let secret = get(&fx.client, "v1", "Secret", Some(&ns), "squat-1-precious")
         .await
         .unwrap();
     assert!(secret["metadata"]["ownerReferences"].is_null(), "{secret}");
@@ -629,14 +738,14 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
     )
     .await;
     assert!(
-        get(&fx.client, "v1", "ConfigMap", Some(&ns), "cm-0")
+        get(&fx.client, "v1", "ConfigMap", Some(&ns), "hoarder-cm-0")
             .await
             .is_none()
     );
     apply(&fx.client, &attacked(&ns, "orphaner", "evil",
-        json!({"emit": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "orphan"}, "data": {"k": "v"}}]}))).await;
+        json!({"emit": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "orphaner-orphan"}, "data": {"k": "v"}}]}))).await;
     let orphan = eventually("the emitted ConfigMap", TIMEOUT, || async {
-        get(&fx.client, "v1", "ConfigMap", Some(&ns), "orphan").await
+        get(&fx.client, "v1", "ConfigMap", Some(&ns), "orphaner-orphan").await
     })
     .await;
     let owner = trainjob(&fx.client, &ns, "orphaner").await.unwrap();
@@ -657,7 +766,7 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
         "the emitted ConfigMap garbage-collected with its TrainJob",
         TIMEOUT,
         || async {
-            get(&fx.client, "v1", "ConfigMap", Some(&ns), "orphan")
+            get(&fx.client, "v1", "ConfigMap", Some(&ns), "orphaner-orphan")
                 .await
                 .is_none()
                 .then_some(())

@@ -246,7 +246,8 @@ fn generated_copies_are_current() {
 
 /// The shipped `ClusterTrainerPlugin`s grant each builtin exactly what it
 /// needs to behave as upstream (`plugin::builtin::needs`, also what
-/// `trainforge render` grants): no more capabilities, reads or pod grants.
+/// `trainforge render` grants): no more capabilities, reads, kinds off the
+/// default allow-list or pod grants.
 #[test]
 fn shipped_plugins_grant_builtins_exactly_what_they_need() {
     use trainforge::plugin::builtin;
@@ -282,10 +283,14 @@ fn shipped_plugins_grant_builtins_exactly_what_they_need() {
                 .collect::<Vec<_>>()
         });
         assert_eq!(reads, needs.allowed_reads, "{file}: allowedReads");
-        assert!(
-            ctp.spec.allowed_kinds.is_none(),
-            "{file}: builtins emit what they declare"
-        );
+        let kinds = ctp.spec.allowed_kinds.as_ref().map(|ks| {
+            ks.iter()
+                .map(|k| {
+                    trainforge_api::plugin::KindRef::new(k.api_version.clone(), k.kind.clone())
+                })
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(kinds, needs.allowed_kinds, "{file}: allowedKinds");
     }
     assert!(seen >= 8, "every builtin has a manifest ({seen})");
 }

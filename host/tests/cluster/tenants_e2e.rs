@@ -325,7 +325,7 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     let bytes = hostile_declaring(&json!({"name": PLUGIN, "emits": [["v1", "ConfigMap"]]}));
     let marker = |who: &str| {
         json!({"emit": [{"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": format!("{who}-marker")}, "data": {"by": who}}]})
+        "metadata": {"name": format!("{{trainjob}}-{who}-marker")}, "data": {"by": who}}]})
     };
     for (ns, who) in [(&a, "team-a"), (&b, "team-b"), (&c, "team-c")] {
         store_component(&fx.client, ns, "env-module", &bytes).await;
@@ -395,8 +395,8 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
         wait_jobset(&fx, ns, name).await;
     }
     eventually("tenant markers", TIMEOUT, || async {
-        (owned_configmaps(&fx, &a).await == ["team-a-marker"]
-            && owned_configmaps(&fx, &b).await == ["extra-marker", "team-b-marker"])
+        (owned_configmaps(&fx, &a).await == ["ok-team-a-marker"]
+            && owned_configmaps(&fx, &b).await == ["ok-team-b-marker", "picked-extra-marker"])
         .then_some(())
     })
     .await;
@@ -404,9 +404,15 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
         owned_configmaps(&fx, &c).await.is_empty(),
         "no tenant plugin serves {c}"
     );
-    let marker_owner = get(&fx.client, "v1", "ConfigMap", Some(&b), "extra-marker")
-        .await
-        .unwrap();
+    let marker_owner = get(
+        &fx.client,
+        "v1",
+        "ConfigMap",
+        Some(&b),
+        "picked-extra-marker",
+    )
+    .await
+    .unwrap();
     assert_eq!(
         marker_owner["metadata"]["ownerReferences"][0]["name"], "picked",
         "the selective plugin served only the labelled TrainJob"
@@ -416,10 +422,10 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     let users: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(fx.client.clone(), &a);
     users
         .patch(
-            "user-data",
+            "unrelated-data",
             &PatchParams::apply("a-user"),
             &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "user-data"}, "data": {"k": "precious"}})),
+                "metadata": {"name": "unrelated-data"}, "data": {"k": "precious"}})),
         )
         .await
         .unwrap();
@@ -461,14 +467,14 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
         (
             "unrelated",
             emit(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "user-data"}, "data": {"k": "pwned"}})),
+                "metadata": {"name": "unrelated-data"}, "data": {"k": "pwned"}})),
             vec!["already exists", "not controlled by this TrainJob"],
         ),
         (
             "other-job",
             emit(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "team-a-marker"}, "data": {"by": "thief"}})),
-            vec!["already exists", "not controlled by this TrainJob"],
+                "metadata": {"name": "ok-team-a-marker"}, "data": {"by": "thief"}})),
+            vec![PLUGIN, "ForbiddenObject", "not derived from the TrainJob's"],
         ),
         (
             "privileged",
@@ -548,11 +554,11 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
         .await
         .is_none()
     );
-    let user = get(&fx.client, "v1", "ConfigMap", Some(&a), "user-data")
+    let user = get(&fx.client, "v1", "ConfigMap", Some(&a), "unrelated-data")
         .await
         .unwrap();
     assert_eq!(user["data"]["k"], "precious");
-    let stolen = get(&fx.client, "v1", "ConfigMap", Some(&a), "team-a-marker")
+    let stolen = get(&fx.client, "v1", "ConfigMap", Some(&a), "ok-team-a-marker")
         .await
         .unwrap();
     assert_eq!(stolen["data"]["by"], "team-a");
@@ -580,13 +586,20 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
         let target = if kind == "Secret" {
             "a-secret"
         } else {
-            "team-b-marker"
+            "ok-team-b-marker"
         };
         let read =
             json!({"read": {"apiVersion": "v1", "kind": kind, "namespace": ns, "name": target}});
         apply(&fx.client, &attacked(&a, name, PLUGIN, read)).await;
         let result = eventually(&format!("read-result of {name}"), TIMEOUT, || async {
-            let cm = get(&fx.client, "v1", "ConfigMap", Some(&a), "read-result").await?;
+            let cm = get(
+                &fx.client,
+                "v1",
+                "ConfigMap",
+                Some(&a),
+                &format!("{name}-read-result"),
+            )
+            .await?;
             (cm["metadata"]["ownerReferences"][0]["name"] == name).then_some(cm)
         })
         .await;
@@ -594,7 +607,14 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
         assert!(text.starts_with("denied"), "{name}: {text}");
         assert!(!text.contains("TOP-SECRET"), "{name}: {text}");
         delete(&fx.client, TRAINJOB_API, "TrainJob", Some(&a), name).await;
-        delete(&fx.client, "v1", "ConfigMap", Some(&a), "read-result").await;
+        delete(
+            &fx.client,
+            "v1",
+            "ConfigMap",
+            Some(&a),
+            &format!("{name}-read-result"),
+        )
+        .await;
     }
     // The tenant sees its plugin's failures on its TrainerPlugin.
     let on_plugin = wait_warning(&fx.client, &a, "env", &["Timeout"]).await;
@@ -683,9 +703,15 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     apply(&fx.client, &after).await;
     wait_jobset(&fx, &a, "after-tightening").await;
     assert!(
-        get(&fx.client, "v1", "ConfigMap", Some(&a), "late-marker")
-            .await
-            .is_none()
+        get(
+            &fx.client,
+            "v1",
+            "ConfigMap",
+            Some(&a),
+            "after-tightening-late-marker"
+        )
+        .await
+        .is_none()
     );
     for d in docs(&root().join("manifests/tenants/policy.yaml"), None) {
         apply(&fx.client, &d).await;
@@ -828,7 +854,13 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     apply(&fx.client, &after).await;
     wait_jobset(&fx, &a, "after-restart").await;
     let restored = eventually("the restored plugin's marker", TIMEOUT, || {
-        get(&fx.client, "v1", "ConfigMap", Some(&a), "restored-marker")
+        get(
+            &fx.client,
+            "v1",
+            "ConfigMap",
+            Some(&a),
+            "after-restart-restored-marker",
+        )
     })
     .await;
     assert_eq!(

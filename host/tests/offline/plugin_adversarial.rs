@@ -211,6 +211,38 @@ fn invalid_json_is_invalid_output() {
     assert_good_plugin_still_works(&rt);
 }
 
+/// A status is bounded like every other output: conditions, message size
+/// and total size, each refusal naming the plugin and the bound.
+#[test]
+fn an_unbounded_status_is_invalid_output() {
+    let rt = short_deadline_runtime();
+    let d = json!({"phases": ["status"], "emits": []});
+    for (attack, says) in [
+        ("many-conditions", "20001 conditions, more than 32"),
+        ("long-message", "the message of condition Complete"),
+        ("big-status", "bytes, more than 65536"),
+    ] {
+        let p = load(&rt, Some(d.clone()), json!({ "attack": attack }));
+        let e = PluginSet::new(vec![p])
+            .unwrap()
+            .status(&trainjob(), &info())
+            .unwrap_err();
+        assert_eq!(e.reason(), "InvalidOutput", "{attack}: {e}");
+        assert!(
+            e.to_string().contains(says) && e.to_string().contains("hostile"),
+            "{attack}: {e}"
+        );
+    }
+    // A status within the bounds still comes through.
+    let p = load(&rt, Some(d), json!({"attack": "complete"}));
+    let status = PluginSet::new(vec![p])
+        .unwrap()
+        .status(&trainjob(), &info())
+        .unwrap()
+        .unwrap();
+    assert_eq!(status["conditions"][0]["type"], "Complete");
+}
+
 /// The guest reports what happened; "blocked" means the host denied it.
 fn assert_blocked(rt: &PluginRuntime, name: &str) {
     let (e, _) = attack(rt, name, None);
@@ -300,7 +332,7 @@ fn a_phase_cannot_change_which_trainjob_it_acts_for() {
             ("/apiVersion", json!("v1"), "apiVersion"),
         ] {
             let cfg = json!({"set": [{"phase": phase, "target": "trainjob", "pointer": pointer, "value": value}],
-                "emit": [cm("x")]});
+                "emit": [cm("job-x")]});
             let e = pipeline(vec![load(&rt, None, cfg)]).unwrap_err();
             assert_eq!(e.reason(), "IdentityChanged", "{phase} {pointer}: {e}");
             assert!(
@@ -315,7 +347,7 @@ fn a_phase_cannot_change_which_trainjob_it_acts_for() {
 fn with_failure_policy_ignore_an_identity_change_is_dropped_not_applied() {
     let rt = short_deadline_runtime();
     let cfg = json!({"set": [{"phase": "enforce-ml-policy", "target": "trainjob",
-        "pointer": "/metadata/namespace", "value": "kube-system"}], "emit": [cm("x")]});
+        "pointer": "/metadata/namespace", "value": "kube-system"}], "emit": [cm("job-x")]});
     let mut src = source(None, cfg);
     src.failure_policy = FailurePolicy::Ignore;
     let out = pipeline(vec![rt.load(src).unwrap()]).unwrap();
@@ -331,7 +363,7 @@ fn with_failure_policy_ignore_an_identity_change_is_dropped_not_applied() {
 #[test]
 fn emitted_objects_get_namespace_and_owner_from_the_stored_trainjob() {
     let rt = short_deadline_runtime();
-    let out = pipeline(vec![load(&rt, None, json!({"emit": [cm("mine")]}))]).unwrap();
+    let out = pipeline(vec![load(&rt, None, json!({"emit": [cm("job-mine")]}))]).unwrap();
     let meta = &out.objects[0]["metadata"];
     assert_eq!(meta["namespace"], "team");
     assert_eq!(
@@ -344,9 +376,9 @@ fn emitted_objects_get_namespace_and_owner_from_the_stored_trainjob() {
 #[test]
 fn objects_elsewhere_or_owned_by_others_are_refused() {
     let rt = short_deadline_runtime();
-    let foreign = |refs: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "ownerReferences": refs}});
+    let foreign = |refs: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "job-x", "ownerReferences": refs}});
     for obj in [
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "kube-system"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "job-x", "namespace": "kube-system"}}),
         foreign(
             json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "someone-elses-job", "uid": "other"}]),
         ),
@@ -572,7 +604,7 @@ fn declaring_kinds_outside_the_allow_list_refuses_the_plugin() {
 fn pods_and_other_explicit_kinds_load_only_when_the_administrator_lists_them() {
     let rt = short_deadline_runtime();
     let d = json!({"emits": [["v1", "ConfigMap"], ["v1", "Pod"]]});
-    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "job-p"},
         "spec": {"containers": [{"name": "node", "image": "busybox"}]}});
     let mut src = source(Some(d), json!({"emit": [pod]}));
     src.allowed_emits = Some(vec![
@@ -607,7 +639,7 @@ fn undeclared_or_narrowed_kinds_are_refused_at_build() {
 fn host_names_duplicates_tokens_finalizers_and_unnamed_objects_are_refused() {
     let rt = short_deadline_runtime();
     let secret_token = json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
-        "metadata": {"name": "t", "annotations": {"kubernetes.io/service-account.name": "default"}}});
+        "metadata": {"name": "job-t", "annotations": {"kubernetes.io/service-account.name": "default"}}});
     let d = json!({"emits": [["v1", "ConfigMap"], ["v1", "Secret"]]});
     for (emit, reason, text) in [
         (
@@ -616,13 +648,13 @@ fn host_names_duplicates_tokens_finalizers_and_unnamed_objects_are_refused() {
             "snapshot",
         ),
         (
-            json!([cm("twice"), cm("twice")]),
+            json!([cm("job-twice"), cm("job-twice")]),
             "ForbiddenObject",
             "already emitted",
         ),
         (json!([secret_token]), "ForbiddenObject", "token"),
         (
-            json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "f", "finalizers": ["x.io/keep"]}}]),
+            json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "job-f", "finalizers": ["x.io/keep"]}}]),
             "ForbiddenObject",
             "finalizers",
         ),
@@ -638,18 +670,115 @@ fn host_names_duplicates_tokens_finalizers_and_unnamed_objects_are_refused() {
     }
 }
 
+/// A plugin cannot take a name the host or another TrainJob will need: not
+/// another TrainJob's JobSet (one that does not exist yet included: the
+/// victim's TrainJob would otherwise read it as its own), not any runtime
+/// snapshot, not a name outside `<trainjob>-…`.
+#[test]
+fn names_of_other_trainjobs_cannot_be_squatted() {
+    let rt = short_deadline_runtime();
+    let d = json!({"emits": [["v1", "ConfigMap"], ["v1", "Secret"], ["jobset.x-k8s.io/v1alpha2", "JobSet"]]});
+    let jobset = |name: &str| {
+        json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name},
+            "spec": {"replicatedJobs": []}})
+    };
+    let secret =
+        |name: &str| json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}});
+    for (object, text) in [
+        (jobset("victim"), "JobSet of another TrainJob"),
+        (jobset("job-2"), "JobSet of another TrainJob"),
+        (
+            cm("victim-runtime-snapshot"),
+            "runtime snapshot of TrainJob \"victim\"",
+        ),
+        (
+            cm("job-2-runtime-snapshot"),
+            "runtime snapshot of TrainJob \"job-2\"",
+        ),
+        (
+            cm("job-runtime-snapshot"),
+            "runtime snapshot of this TrainJob",
+        ),
+        (
+            secret("victim-mpi-ssh-auth"),
+            "not derived from the TrainJob's",
+        ),
+        (cm("settings"), "not derived from the TrainJob's"),
+        (cm("jobx"), "not derived from the TrainJob's"),
+    ] {
+        let e = pipeline(vec![load(
+            &rt,
+            Some(d.clone()),
+            json!({"emit": [object.clone()]}),
+        )])
+        .unwrap_err();
+        assert_eq!(e.reason(), "ForbiddenObject", "{object}: {e}");
+        assert!(e.to_string().contains(text), "{object}: {e}");
+    }
+    // Its own JobSet and `<trainjob>-…` names are fine.
+    let out = pipeline(vec![load(
+        &rt,
+        Some(d),
+        json!({"emit": [jobset("job"), cm("job"), secret("job-mpi-ssh-auth")]}),
+    )])
+    .unwrap();
+    assert_eq!(out.objects.len(), 3);
+}
+
+/// An object another TrainJob controls reads as absent: a status or build
+/// phase never takes, say, a JobSet squatting this TrainJob's name (by a
+/// plugin of another TrainJob, before this one existed) as this
+/// TrainJob's. Objects of this TrainJob, or of no TrainJob, read as usual.
+#[test]
+fn objects_of_other_trainjobs_read_as_absent() {
+    let rt = short_deadline_runtime();
+    let jobset = |owner: Value| {
+        json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "job", "namespace": "team", "ownerReferences": owner},
+            "status": {"conditions": [{"type": "Completed", "status": "True"}]}})
+    };
+    let controller = |name: &str, uid: &str| {
+        json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "name": name, "uid": uid, "controller": true}])
+    };
+    let d = reads_descriptor(json!([["jobset.x-k8s.io/v1alpha2", "JobSet"]]));
+    let read_with = |live: Value| {
+        let mut objects = StaticObjects::default();
+        objects.insert(&live);
+        let mut src = source(
+            Some(d.clone()),
+            read_config("jobset.x-k8s.io/v1alpha2", "JobSet", "team", "job"),
+        );
+        src.objects = Arc::new(objects);
+        read(&rt.load(src).unwrap())
+    };
+    // The squatter's TrainJob, and a TrainJob of the same name deleted
+    // and created again (another uid).
+    for owner in [controller("attacker", "uid-9"), controller("job", "uid-0")] {
+        let r = read_with(jobset(owner.clone()));
+        assert_eq!(r, "absent", "controlled by {owner}");
+    }
+    let own = read_with(jobset(controller("job", "uid-1")));
+    assert!(
+        own.starts_with("found") && own.contains("Completed"),
+        "{own}"
+    );
+    let unowned = read_with(jobset(Value::Null));
+    assert!(unowned.starts_with("found"), "{unowned}");
+}
+
 #[test]
 fn two_plugins_cannot_emit_the_same_object() {
     let rt = short_deadline_runtime();
     let a = load(
         &rt,
         Some(json!({"name": "first"})),
-        json!({"emit": [cm("shared")]}),
+        json!({"emit": [cm("job-shared")]}),
     );
     let b = load(
         &rt,
         Some(json!({"name": "second"})),
-        json!({"emit": [cm("shared")]}),
+        json!({"emit": [cm("job-shared")]}),
     );
     let e = pipeline(vec![a, b]).unwrap_err();
     assert_eq!(e.reason(), "ForbiddenObject", "{e}");

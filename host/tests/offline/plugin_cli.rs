@@ -230,6 +230,34 @@ fn run_refuses_every_containment_class_with_its_reason() {
             "ForbiddenObject",
         ),
         (
+            "4 another TrainJob's JobSet",
+            json!({"name": "evil"}),
+            json!({"emit": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "victim"}}]}),
+            vec![],
+            "JobSet of another TrainJob",
+        ),
+        (
+            "4 another TrainJob's snapshot",
+            json!({"name": "evil"}),
+            json!({"emit": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "victim-runtime-snapshot"}}]}),
+            vec![],
+            "runtime snapshot of TrainJob",
+        ),
+        (
+            "4 a name not derived from the TrainJob's",
+            json!({"name": "evil"}),
+            json!({"emit": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "victim-hostfile"}}]}),
+            vec![],
+            "not derived from the TrainJob's",
+        ),
+        (
+            "4 a kind off the default allow-list",
+            json!({"name": "evil", "emits": [["autoscaling/v2", "HorizontalPodAutoscaler"]]}),
+            json!({}),
+            vec![],
+            "not among the kinds plugins emit by default",
+        ),
+        (
             "5 privileged",
             json!({"name": "evil"}),
             json!({"set": [{"phase": "pre-build", "target": "info", "pointer": format!("{pod}/containers/0/securityContext/privileged"), "value": true}]}),
@@ -414,11 +442,11 @@ fn run_as_a_tenant_plugin_within_the_ceiling() {
     };
     // Within the ceiling: the TrainerPlugin's config drives the plugin.
     let marker = json!({"config": {"emit": [{"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "team-marker"}}]}});
+        "metadata": {"name": "job-marker"}}]}});
     let (ok, out, err) = run("team", marker.clone(), None);
     assert!(ok, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["objects"][0]["metadata"]["name"], "team-marker", "{v}");
+    assert_eq!(v["objects"][0]["metadata"]["name"], "job-marker", "{v}");
     // Refusals name the reason and what exceeds the ceiling.
     let cases: Vec<(
         &str,

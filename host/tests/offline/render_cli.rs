@@ -165,7 +165,7 @@ fn render_with_a_tenant_plugin_serves_only_its_namespace() {
         let mut spec = json!({
             "source": {"configMap": {"namespace": "team", "name": "m", "key": "plugin.wasm"}},
             "sha256": trainforge::plugin::sha256_hex(&bytes),
-            "config": {"emit": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "team-marker"}}]},
+            "config": {"emit": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "job-team-marker"}}]},
         });
         spec.as_object_mut()
             .unwrap()
@@ -202,7 +202,7 @@ fn render_with_a_tenant_plugin_serves_only_its_namespace() {
     let markers: Vec<(String, String)> = stdout
         .split("\n---")
         .filter_map(|d| serde_saphyr::from_str::<serde_json::Value>(d).ok())
-        .filter(|o| o["metadata"]["name"] == "team-marker")
+        .filter(|o| o["metadata"]["name"] == "job-team-marker")
         .map(|o| {
             (
                 o["metadata"]["namespace"]

@@ -238,6 +238,16 @@ pub fn stuck(error: &ReconcileError, built_before: bool) -> Stuck {
     }
 }
 
+/// Whether `object`'s controller owner reference has the uid `uid`.
+fn controlled_by(object: &DynamicObject, uid: &str) -> bool {
+    object
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.controller == Some(true) && r.uid == uid)
+}
+
 /// Whether a live JobSet (as JSON) is suspended.
 fn is_suspended(jobset: &Value) -> bool {
     jobset
@@ -953,11 +963,17 @@ impl Reconcile<'_> {
         })
     }
 
-    /// The TrainJob's JobSet from the watch cache, as JSON.
+    /// The TrainJob's JobSet from the watch cache, as JSON: only a JobSet
+    /// this TrainJob (by uid) controls. One of that name controlled by
+    /// another TrainJob, or by nothing, is not this TrainJob's: its status
+    /// is never read as this TrainJob's (applying over it is refused as a
+    /// collision naming its controller).
     fn live_jobset(&self) -> Option<Value> {
+        let uid = self.job.metadata.uid.as_deref()?;
         self.ctx
             .objects
             .live(&jobset_kind(), self.ns, self.name)
+            .filter(|o| controlled_by(o, uid))
             .and_then(|o| serde_json::to_value(o.as_ref()).ok())
     }
 

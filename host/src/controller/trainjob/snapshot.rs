@@ -81,16 +81,22 @@ fn no_runtime_key() -> SnapshotError {
 /// A snapshot is used only by the TrainJob that controls it.
 fn check_owner(job: &TrainJob, meta: &ObjectMeta) -> Result<(), SnapshotError> {
     let uid = job.metadata.uid.as_deref().unwrap_or_default();
-    let owned = meta
+    let controller = meta
         .owner_references
-        .as_ref()
-        .is_some_and(|o| o.iter().any(|o| o.controller == Some(true) && o.uid == uid));
-    if owned {
-        Ok(())
-    } else {
-        Err(SnapshotError::Invalid(
-            "a snapshot configmap exists but is owned by another object".into(),
-        ))
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    match controller {
+        Some(c) if c.uid == uid => Ok(()),
+        other => Err(SnapshotError::Invalid(format!(
+            "the ConfigMap {}/{} exists and is not this TrainJob's snapshot: it is controlled by {}",
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+            other.map_or_else(
+                || "nothing".to_owned(),
+                |c| format!("{} {} (uid {})", c.kind, c.name, c.uid)
+            )
+        ))),
     }
 }
 
@@ -347,8 +353,12 @@ mod tests {
     fn cm(owner: &str, runtime: &str) -> ConfigMap {
         ConfigMap {
             metadata: ObjectMeta {
+                name: Some("a-runtime-snapshot".into()),
+                namespace: Some("n".into()),
                 owner_references: Some(vec![OwnerReference {
                     uid: owner.into(),
+                    kind: "TrainJob".into(),
+                    name: if owner == "u1" { "a" } else { "attacker" }.into(),
                     controller: Some(true),
                     ..Default::default()
                 }]),
@@ -369,8 +379,12 @@ mod tests {
         let e = from_snapshot(&job(Some("TrainingRuntime")), &cm("other", RT)).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "invalid runtime snapshot: a snapshot configmap exists but is owned by another object"
+            "invalid runtime snapshot: the ConfigMap n/a-runtime-snapshot exists and is not this TrainJob's snapshot: it is controlled by TrainJob attacker (uid other)"
         );
+        let mut orphan = cm("u1", RT);
+        orphan.metadata.owner_references = None;
+        let e = from_snapshot(&job(Some("TrainingRuntime")), &orphan).unwrap_err();
+        assert!(e.to_string().ends_with("controlled by nothing"), "{e}");
         let e = from_snapshot(&job(Some("ClusterTrainingRuntime")), &cm("u1", RT)).unwrap_err();
         assert!(
             e.to_string()
@@ -417,7 +431,10 @@ mod tests {
 
         // A known text is still checked against the TrainJob at hand.
         let e = parsed.runtime(&b, &cached(&cm("u1", RT))).unwrap_err();
-        assert!(e.to_string().contains("owned by another object"), "{e}");
+        assert!(
+            e.to_string().contains("is not this TrainJob's snapshot"),
+            "{e}"
+        );
         let e = parsed
             .runtime(&job_with("u3", "other"), &cached(&cm("u3", RT)))
             .unwrap_err();

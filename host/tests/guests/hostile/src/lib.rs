@@ -16,9 +16,14 @@
 //!   `validate-deny`, …);
 //! - `{"set": [{"phase", "target": "trainjob"|"info", "pointer", "value"}]}`
 //!   sets JSON pointers in the TrainJob or info during that phase;
-//! - `{"emit": [objects]}` makes `build` return exactly those objects;
+//! - `{"emit": [objects]}` makes `build` return exactly those objects, with
+//!   `{trainjob}` in a `metadata.name` replaced by the TrainJob's name;
 //! - `{"read": {"apiVersion", "kind", "namespace", "name"}}` makes `build`
-//!   call `get-object` and return a ConfigMap `read-result` with the answer.
+//!   call `get-object` and return a ConfigMap `<trainjob>-read-result` with
+//!   the answer.
+//!
+//! The objects it emits on its own are named `<trainjob>-…`, as the host
+//! requires (the name rules are attacked through `emit`).
 
 use serde_json::{Value, json};
 use std::hint::black_box;
@@ -97,10 +102,20 @@ fn declared() -> Value {
     serde_json::from_str(text).unwrap_or(Value::Null)
 }
 
+thread_local! {
+    /// The name of the TrainJob the current `build` call is for.
+    static TRAINJOB: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// `<trainjob>-<suffix>`: a name the host lets this TrainJob's plugins use.
+fn own_name(suffix: &str) -> String {
+    TRAINJOB.with(|t| format!("{}-{suffix}", t.borrow()))
+}
+
 fn leak(what: &str, data: String) -> Result<Vec<String>, PluginError> {
     Ok(vec![json!({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "leak"},
+        "metadata": {"name": own_name("leak")},
         "data": {"what": what, "leaked": data},
     })
     .to_string()])
@@ -250,8 +265,22 @@ impl Guest for Hostile {
 
     fn build(input: PhaseInput) -> Result<Vec<String>, PluginError> {
         let cfg = config(&input.config, &input.trainjob);
+        let tj: Value = serde_json::from_str(&input.trainjob).unwrap_or(Value::Null);
+        let tj_name = tj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        TRAINJOB.with(|t| *t.borrow_mut() = tj_name.to_owned());
         if let Some(objects) = cfg.get("emit").and_then(Value::as_array) {
-            return Ok(objects.iter().map(Value::to_string).collect());
+            return Ok(objects
+                .iter()
+                .map(|o| {
+                    let mut o = o.clone();
+                    if let Some(n) = o.pointer_mut("/metadata/name")
+                        && let Some(text) = n.as_str()
+                    {
+                        *n = Value::String(text.replace("{trainjob}", tj_name));
+                    }
+                    o.to_string()
+                })
+                .collect());
         }
         if let Some(r) = cfg.get("read") {
             let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or_default();
@@ -267,7 +296,7 @@ impl Guest for Hostile {
             }
             return Ok(vec![json!({
                 "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "read-result"},
+                "metadata": {"name": own_name("read-result")},
                 "data": {"result": answer},
             })
             .to_string()]);
@@ -296,7 +325,7 @@ impl Guest for Hostile {
             "huge-error" => Err(PluginError::Internal("E\nINFO forged line ".repeat(1 << 19))),
             "many-objects" => Ok((0..2000)
                 .map(|i| {
-                    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm-{i}")}})
+                    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": own_name(&format!("cm-{i}"))}})
                         .to_string()
                 })
                 .collect()),
@@ -409,6 +438,23 @@ impl Guest for Hostile {
     fn status(input: PhaseInput) -> Result<Option<String>, PluginError> {
         match attack(&config(&input.config, &input.trainjob)).as_str() {
             "bad-status" => Ok(Some("not json".into())),
+            "many-conditions" => Ok(Some(
+                json!({"conditions": (0..20_001)
+                    .map(|i| json!({"type": format!("C{i}"), "status": "True", "reason": "R", "message": ""}))
+                    .collect::<Vec<_>>()})
+                .to_string(),
+            )),
+            "long-message" => Ok(Some(
+                json!({"conditions": [{"type": "Complete", "status": "True", "reason": "R",
+                    "message": "x".repeat(2 << 20)}]})
+                .to_string(),
+            )),
+            "big-status" => Ok(Some(
+                json!({"jobsStatus": (0..2_000)
+                    .map(|i| json!({"name": format!("replicated-job-{i:04}-{}", "y".repeat(40)), "active": 1}))
+                    .collect::<Vec<_>>()})
+                .to_string(),
+            )),
             "complete" => Ok(Some(
                 json!({"conditions": [{"type": "Complete", "status": "True", "reason": "Forged",
                     "message": "forged by a hostile plugin", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
