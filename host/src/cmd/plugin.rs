@@ -55,7 +55,9 @@ pub enum PluginCommand {
         /// Grants, as an administrator would give them (repeatable):
         /// `random`, `clock`, `privileged`, `hostNamespaces`, `hostPorts`,
         /// `hostPath=<prefix>`, `capability=<CAP>`, `serviceAccount=<name>`,
-        /// `image=<prefix>`.
+        /// `image=<prefix>`, `schedulerName=<name>`, `priorityClass=<name>`,
+        /// `nodePlacement=<key>`, `secret=<name>`, `serviceAccountTokens`,
+        /// `dns`, `container=<name>`.
         #[arg(long = "grant")]
         grants: Vec<String>,
         /// A kind the administrator allows the plugin to emit, as
@@ -413,7 +415,7 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
             let (g, unknown) = Grants::from_names(grants.iter().map(String::as_str));
             if !unknown.is_empty() {
                 return Err(Error::Usage(format!(
-                    "unknown grants {unknown:?}: use random, clock, privileged, hostNamespaces, hostPorts, hostPath=<prefix>, capability=<CAP>, serviceAccount=<name> or image=<prefix>"
+                    "unknown grants {unknown:?}: use random, clock, privileged, hostNamespaces, hostPorts, hostPath=<prefix>, capability=<CAP>, serviceAccount=<name>, image=<prefix>, schedulerName=<name>, priorityClass=<name>, nodePlacement=<key>, secret=<name>, serviceAccountTokens, dns or container=<name>"
                 )));
             }
             src.grants = g;

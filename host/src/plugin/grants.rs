@@ -18,8 +18,10 @@ impl Grants {
     /// Parse grant names as the CLI takes them: capabilities (`random`,
     /// `clock`) and pod privileges (`privileged`, `hostNamespaces`,
     /// `hostPorts`, `hostPath=<prefix>`, `capability=<CAP>`,
-    /// `serviceAccount=<name>`, `image=<prefix>`). Unknown names are
-    /// returned.
+    /// `serviceAccount=<name>`, `image=<prefix>`, `schedulerName=<name>`,
+    /// `priorityClass=<name>`, `nodePlacement=<key>`, `secret=<name>`,
+    /// `serviceAccountTokens`, `dns`, `container=<name>`). Unknown names
+    /// are returned.
     pub fn from_names<'a>(names: impl IntoIterator<Item = &'a str>) -> (Grants, Vec<String>) {
         let mut g = Grants::default();
         let mut unknown = Vec::new();
@@ -31,12 +33,19 @@ impl Grants {
                     "privileged" => g.pod.privileged = true,
                     "hostNamespaces" => g.pod.host_namespaces = true,
                     "hostPorts" => g.pod.host_ports = true,
+                    "serviceAccountTokens" => g.pod.service_account_tokens = true,
+                    "dns" => g.pod.dns = true,
                     other => unknown.push(other.to_owned()),
                 },
                 Some(("hostPath", v)) => g.pod.host_paths.push(v.to_owned()),
                 Some(("capability", v)) => g.pod.capabilities.push(v.to_owned()),
                 Some(("serviceAccount", v)) => g.pod.service_accounts.push(v.to_owned()),
                 Some(("image", v)) => g.pod.images.push(v.to_owned()),
+                Some(("schedulerName", v)) => g.pod.scheduler_names.push(v.to_owned()),
+                Some(("priorityClass", v)) => g.pod.priority_classes.push(v.to_owned()),
+                Some(("nodePlacement", v)) => g.pod.node_placement.push(v.to_owned()),
+                Some(("secret", v)) => g.pod.secret_names.push(v.to_owned()),
+                Some(("container", v)) => g.pod.containers.push(v.to_owned()),
                 Some(_) => unknown.push(n.to_owned()),
             }
         }

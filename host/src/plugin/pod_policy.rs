@@ -20,6 +20,17 @@
 //! any added capability but `NET_BIND_SERVICE`, nor a volume type outside
 //! the restricted list ([`Privilege::Unrestricted`]).
 //!
+//! Beyond baseline, a plugin's pod changes are judged by allow-list
+//! ([`pod_fields`]): of a pod spec it may change without a grant only the
+//! fields of [`ALLOWED_POD_FIELDS`] and [`ALLOWED_CONTAINER_FIELDS`] that
+//! cannot widen what the pods reach, and volumes of
+//! [`ALLOWED_VOLUME_TYPES`]; the scheduler, priority class, node placement
+//! (`nodeName`, `nodeSelector`, node affinity, tolerations), Secret
+//! references, service-account tokens, DNS and added containers only as
+//! far as its grants name them ([`PodGrants`]); any other field only with
+//! `privileged`. A Secret named from the TrainJob (`<trainjob>-…`, the
+//! names its plugins emit) needs no grant (see the pipeline's check).
+//!
 //! Privileges ([`Privilege`]) are found anywhere in a document by field
 //! name (`securityContext`, `hostNetwork`, `hostPath`, `hostPort`,
 //! `serviceAccountName`, `image`, AppArmor/seccomp annotations), so the
@@ -122,6 +133,37 @@ pub enum Privilege {
     ServiceAccount(String),
     /// A container image.
     Image(String),
+    /// `schedulerName`.
+    Scheduler(String),
+    /// `priorityClassName`.
+    PriorityClass(String),
+    /// Where pods may run: a `nodeSelector` term, node affinity, a
+    /// toleration or `nodeName`, by the node label or taint key it is about
+    /// (`*` for `nodeName` and keyless tolerations), with its value.
+    Placement {
+        /// The node label or taint key (`*`: any node).
+        key: String,
+        /// The setting, as written.
+        what: String,
+    },
+    /// A Secret a pod references: an env `secretKeyRef`, an `envFrom`
+    /// `secretRef`, a `secret` or projected volume, an image pull secret.
+    SecretRef(String),
+    /// A service-account token in the pods: `automountServiceAccountToken:
+    /// true`, or a projected token (by audience).
+    Token(String),
+    /// DNS of the pods: `dnsPolicy`, `dnsConfig`, `hostAliases`.
+    Dns(String),
+    /// A container, init container or ephemeral container, by list and name.
+    Container {
+        /// `containers`, `initContainers` or `ephemeralContainers`.
+        list: &'static str,
+        /// Container name.
+        name: String,
+    },
+    /// A pod or container field outside the allow-list ([`ALLOWED_POD_FIELDS`],
+    /// [`ALLOWED_CONTAINER_FIELDS`]), with its value.
+    Field(String),
 }
 
 impl std::fmt::Display for Privilege {
@@ -140,6 +182,14 @@ impl std::fmt::Display for Privilege {
             Privilege::Unrestricted(what) => write!(f, "{what} (beyond the restricted level)"),
             Privilege::ServiceAccount(sa) => write!(f, "serviceAccountName {sa:?}"),
             Privilege::Image(i) => write!(f, "image {i:?}"),
+            Privilege::Scheduler(n) => write!(f, "schedulerName {n:?}"),
+            Privilege::PriorityClass(n) => write!(f, "priorityClassName {n:?}"),
+            Privilege::Placement { what, .. } => f.write_str(&shown(what)),
+            Privilege::SecretRef(n) => write!(f, "a reference to Secret {n:?}"),
+            Privilege::Token(t) => f.write_str(&shown(t)),
+            Privilege::Dns(what) => f.write_str(&shown(what)),
+            Privilege::Container { list, name } => write!(f, "{list} entry {name:?}"),
+            Privilege::Field(what) => write!(f, "{} (a field plugins may not set)", shown(what)),
         }
     }
 }
@@ -163,6 +213,25 @@ pub struct PodGrants {
     pub service_accounts: Vec<String>,
     /// Image prefixes a plugin may set (`*` = any).
     pub images: Vec<String>,
+    /// Scheduler names a plugin may set (`*` = any).
+    pub scheduler_names: Vec<String>,
+    /// Priority classes a plugin may set (`*` = any).
+    pub priority_classes: Vec<String>,
+    /// Node label and taint keys a plugin may place pods by: `nodeSelector`,
+    /// node affinity, tolerations (`*` = any, which `nodeName` and keyless
+    /// tolerations need).
+    pub node_placement: Vec<String>,
+    /// Secrets a plugin may reference from pods beyond the TrainJob's own
+    /// (`<trainjob>-…`, the names its plugins emit); `*` = any.
+    pub secret_names: Vec<String>,
+    /// Service-account tokens: `automountServiceAccountToken: true` and
+    /// projected tokens for any audience.
+    pub service_account_tokens: bool,
+    /// `dnsPolicy`, `dnsConfig` and `hostAliases`.
+    pub dns: bool,
+    /// Containers (init, sidecar, ephemeral or regular) a plugin may add,
+    /// by name (`*` = any).
+    pub containers: Vec<String>,
     /// Whether the plugin is held to the restricted level rather than
     /// baseline (tenant plugins): [`Privilege::Unrestricted`] then needs
     /// `privileged` (a baseline capability may also be granted by name).
@@ -195,6 +264,14 @@ impl PodGrants {
                 .images
                 .iter()
                 .any(|prefix| prefix == "*" || image.starts_with(prefix.as_str())),
+            Privilege::Scheduler(n) => listed(&self.scheduler_names, n),
+            Privilege::PriorityClass(n) => listed(&self.priority_classes, n),
+            Privilege::Placement { key, .. } => listed(&self.node_placement, key),
+            Privilege::SecretRef(n) => listed(&self.secret_names, n),
+            Privilege::Token(_) => self.service_account_tokens,
+            Privilege::Dns(_) => self.dns,
+            Privilege::Container { name, .. } => listed(&self.containers, name),
+            Privilege::Field(_) => self.privileged,
         };
         if ok {
             return Ok(());
@@ -209,8 +286,26 @@ impl PodGrants {
             Privilege::HostPath(_) => "grants.pod.hostPaths",
             Privilege::ServiceAccount(_) => "grants.pod.serviceAccountNames",
             Privilege::Image(_) => "grants.pod.images",
+            Privilege::Scheduler(_) => "grants.pod.schedulerNames",
+            Privilege::PriorityClass(_) => "grants.pod.priorityClassNames",
+            Privilege::Placement { .. } => "grants.pod.nodePlacement",
+            Privilege::SecretRef(_) => "grants.pod.secretNames",
+            Privilege::Token(_) => "grants.pod.serviceAccountTokens",
+            Privilege::Dns(_) => "grants.pod.dns",
+            Privilege::Container { .. } => "grants.pod.containers",
+            Privilege::Field(_) => "grants.pod.privileged",
         })
     }
+}
+
+/// Whether `list` holds `*` or `value`.
+fn listed(list: &[String], value: &str) -> bool {
+    list.iter().any(|x| x == "*" || x == value)
+}
+
+/// A setting as shown in a refusal: at most 160 characters.
+fn shown(what: &str) -> String {
+    super::bounded::sanitize(what, 160)
 }
 
 /// Whether `path` is `prefix` or below it (by path components).
@@ -252,6 +347,18 @@ fn walk(v: &Value, container: &str, out: &mut BTreeSet<Privilege>) {
                     && pod.get("containers").is_some_and(Value::is_array)
                 {
                     restricted_gaps(pod, out);
+                    pod_fields(pod, true, out);
+                } else if key == "spec"
+                    && let Some(partial) = x.as_object()
+                    && VALUE_JUDGED_POD_FIELDS
+                        .iter()
+                        .any(|k| partial.contains_key(*k))
+                {
+                    // A partial pod spec (a TrainJob's `podTemplateOverrides`
+                    // or `runtimePatches` entry without containers): its
+                    // value-judged settings count; other keys are not
+                    // judged, as this may be no pod spec at all.
+                    pod_fields(partial, false, out);
                 }
                 match key.as_str() {
                     "containers" | "initContainers" | "ephemeralContainers" => match x {
@@ -311,6 +418,15 @@ fn walk(v: &Value, container: &str, out: &mut BTreeSet<Privilege>) {
                         }
                         _ => {}
                     },
+                    // A Secret named anywhere (a TrainJob's initializer
+                    // `secretRef`, an `envFrom`): the user's choice where
+                    // the user wrote it, a plugin's where a plugin did.
+                    "secretRef" | "secretKeyRef" => {
+                        if let Some(n) = x.get("name").and_then(Value::as_str) {
+                            out.insert(Privilege::SecretRef(n.to_owned()));
+                        }
+                        walk(x, container, out);
+                    }
                     "annotations" => annotations(x, out),
                     "data" | "binaryData" | "stringData" => {}
                     _ => walk(x, container, out),
@@ -323,6 +439,303 @@ fn walk(v: &Value, container: &str, out: &mut BTreeSet<Privilege>) {
             }
         }
         _ => {}
+    }
+}
+
+/// Pod-spec fields a plugin may change without a grant: containers and
+/// volumes are judged entry by entry, the rest cannot widen what the pods
+/// may reach (restart policy, deadlines, scheduling gates, topology spread,
+/// hostname and subdomain, resources). The identity and baseline fields
+/// (`serviceAccountName`, host namespaces, `securityContext`) have their
+/// own privileges.
+pub const ALLOWED_POD_FIELDS: &[&str] = &[
+    "containers",
+    "initContainers",
+    "ephemeralContainers",
+    "volumes",
+    "securityContext",
+    "serviceAccountName",
+    "serviceAccount",
+    "hostNetwork",
+    "hostPID",
+    "hostIPC",
+    "hostUsers",
+    "restartPolicy",
+    "terminationGracePeriodSeconds",
+    "activeDeadlineSeconds",
+    "schedulingGates",
+    "topologySpreadConstraints",
+    "readinessGates",
+    "subdomain",
+    "hostname",
+    "setHostnameAsFQDN",
+    "enableServiceLinks",
+    "os",
+    "resources",
+    // Judged below, value by value.
+    "imagePullSecrets",
+    "schedulerName",
+    "priorityClassName",
+    "nodeName",
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "dnsPolicy",
+    "dnsConfig",
+    "hostAliases",
+    "automountServiceAccountToken",
+];
+
+/// Container fields a plugin may change without a grant (`image`, `env`
+/// and `envFrom` Secret references and `securityContext` are judged on
+/// their own).
+pub const ALLOWED_CONTAINER_FIELDS: &[&str] = &[
+    "name",
+    "image",
+    "imagePullPolicy",
+    "command",
+    "args",
+    "workingDir",
+    "ports",
+    "env",
+    "envFrom",
+    "resources",
+    "resizePolicy",
+    "restartPolicy",
+    "volumeMounts",
+    "volumeDevices",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "lifecycle",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
+    "securityContext",
+    "stdin",
+    "stdinOnce",
+    "tty",
+];
+
+/// Volume types a plugin may add without a grant: none carries
+/// credentials of its own (Secrets and projected tokens are judged by
+/// name and audience; `hostPath` is a baseline privilege; an image volume
+/// is judged by image).
+const ALLOWED_VOLUME_TYPES: &[&str] = &[
+    "emptyDir",
+    "configMap",
+    "downwardAPI",
+    "secret",
+    "projected",
+    "hostPath",
+    "image",
+];
+
+/// Pod-spec fields judged by value ([`pod_fields`]), also in a partial pod
+/// spec.
+const VALUE_JUDGED_POD_FIELDS: &[&str] = &[
+    "imagePullSecrets",
+    "schedulerName",
+    "priorityClassName",
+    "nodeName",
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "dnsPolicy",
+    "dnsConfig",
+    "hostAliases",
+    "automountServiceAccountToken",
+    "volumes",
+    "initContainers",
+];
+
+/// Rule: a pod spec's settings beyond [`ALLOWED_POD_FIELDS`] and
+/// [`ALLOWED_CONTAINER_FIELDS`], and the value-judged ones among them
+/// (scheduler, priority class, placement, Secret references, tokens, DNS,
+/// containers), are privileges keyed by their value: a plugin that sets or
+/// changes one has added a privilege its grants must allow, and one it
+/// only kept (the runtime's or the TrainJob's) is not its doing. `strict`:
+/// a whole pod spec, whose other fields count as [`Privilege::Field`].
+fn pod_fields(pod: &Map<String, Value>, strict: bool, out: &mut BTreeSet<Privilege>) {
+    let text = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+    for (key, v) in pod {
+        if v.is_null() {
+            continue;
+        }
+        match key.as_str() {
+            "schedulerName" => {
+                out.insert(Privilege::Scheduler(text(v)));
+            }
+            "priorityClassName" => {
+                out.insert(Privilege::PriorityClass(text(v)));
+            }
+            "nodeName" => {
+                out.insert(Privilege::Placement {
+                    key: "*".into(),
+                    what: format!("nodeName {v}"),
+                });
+            }
+            "nodeSelector" => match v.as_object() {
+                Some(m) => {
+                    for (k, x) in m {
+                        out.insert(Privilege::Placement {
+                            key: k.clone(),
+                            what: format!("nodeSelector {k}={}", text(x)),
+                        });
+                    }
+                }
+                None => {
+                    out.insert(Privilege::Field(format!("nodeSelector: {v}")));
+                }
+            },
+            "tolerations" => {
+                for t in v.as_array().into_iter().flatten() {
+                    let key = t
+                        .get("key")
+                        .and_then(Value::as_str)
+                        .filter(|k| !k.is_empty())
+                        .unwrap_or("*");
+                    out.insert(Privilege::Placement {
+                        key: key.to_owned(),
+                        what: format!("toleration {t}"),
+                    });
+                }
+            }
+            "affinity" => {
+                if let Some(node) = v.get("nodeAffinity").filter(|n| !n.is_null()) {
+                    let mut keys = BTreeSet::new();
+                    node_affinity_keys(node, &mut keys);
+                    if keys.is_empty() {
+                        keys.insert("*".to_owned());
+                    }
+                    for key in keys {
+                        out.insert(Privilege::Placement {
+                            key,
+                            what: format!("nodeAffinity {node}"),
+                        });
+                    }
+                }
+            }
+            "imagePullSecrets" => {
+                for r in v.as_array().into_iter().flatten() {
+                    if let Some(n) = r.get("name").and_then(Value::as_str) {
+                        out.insert(Privilege::SecretRef(n.to_owned()));
+                    }
+                }
+            }
+            "automountServiceAccountToken" => {
+                if v.as_bool() != Some(false) {
+                    out.insert(Privilege::Token(format!(
+                        "automountServiceAccountToken: {v}"
+                    )));
+                }
+            }
+            "dnsPolicy" | "dnsConfig" | "hostAliases" => {
+                out.insert(Privilege::Dns(format!("{key}: {v}")));
+            }
+            "volumes" => volume_refs(v, out),
+            "containers" | "initContainers" | "ephemeralContainers" => {
+                let list = match key.as_str() {
+                    "containers" => "containers",
+                    "initContainers" => "initContainers",
+                    _ => "ephemeralContainers",
+                };
+                for c in v.as_array().into_iter().flatten() {
+                    container_fields(list, c, strict, out);
+                }
+            }
+            k if ALLOWED_POD_FIELDS.contains(&k) || !strict => {}
+            k => {
+                out.insert(Privilege::Field(format!("{k}: {v}")));
+            }
+        }
+    }
+}
+
+/// The node label keys a node affinity selects on.
+fn node_affinity_keys(v: &Value, keys: &mut BTreeSet<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                if (k == "matchExpressions" || k == "matchFields")
+                    && let Some(items) = x.as_array()
+                {
+                    for e in items {
+                        if let Some(key) = e.get("key").and_then(Value::as_str) {
+                            keys.insert(key.to_owned());
+                        }
+                    }
+                } else {
+                    node_affinity_keys(x, keys);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for x in items {
+                node_affinity_keys(x, keys);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// One container of a pod spec: itself (by list and name), its Secret
+/// references and its fields beyond [`ALLOWED_CONTAINER_FIELDS`].
+fn container_fields(list: &'static str, c: &Value, strict: bool, out: &mut BTreeSet<Privilege>) {
+    let Some(c) = c.as_object() else { return };
+    let name = c.get("name").and_then(Value::as_str).unwrap_or("?");
+    out.insert(Privilege::Container {
+        list,
+        name: name.to_owned(),
+    });
+    for e in c.get("env").and_then(Value::as_array).into_iter().flatten() {
+        if let Some(n) = e
+            .pointer("/valueFrom/secretKeyRef/name")
+            .and_then(Value::as_str)
+        {
+            out.insert(Privilege::SecretRef(n.to_owned()));
+        }
+    }
+    for e in c
+        .get("envFrom")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(n) = e.pointer("/secretRef/name").and_then(Value::as_str) {
+            out.insert(Privilege::SecretRef(n.to_owned()));
+        }
+    }
+    for (k, v) in c.iter().filter(|_| strict) {
+        if !v.is_null() && !ALLOWED_CONTAINER_FIELDS.contains(&k.as_str()) {
+            out.insert(Privilege::Field(format!("{list} {name:?}: {k}: {v}")));
+        }
+    }
+}
+
+/// The Secrets and tokens a pod's volumes reference, and volume types
+/// beyond [`ALLOWED_VOLUME_TYPES`].
+fn volume_refs(v: &Value, out: &mut BTreeSet<Privilege>) {
+    for vol in v.as_array().into_iter().flatten() {
+        let Some(o) = vol.as_object() else { continue };
+        if let Some(n) = vol.pointer("/secret/secretName").and_then(Value::as_str) {
+            out.insert(Privilege::SecretRef(n.to_owned()));
+        }
+        let sources = vol.pointer("/projected/sources").and_then(Value::as_array);
+        for src in sources.into_iter().flatten() {
+            if let Some(n) = src.pointer("/secret/name").and_then(Value::as_str) {
+                out.insert(Privilege::SecretRef(n.to_owned()));
+            }
+            if let Some(t) = src.get("serviceAccountToken").filter(|t| !t.is_null()) {
+                out.insert(Privilege::Token(format!(
+                    "projected serviceAccountToken {t}"
+                )));
+            }
+        }
+        for (k, x) in o {
+            if k != "name" && !x.is_null() && !ALLOWED_VOLUME_TYPES.contains(&k.as_str()) {
+                out.insert(Privilege::Field(format!("volume {vol}")));
+            }
+        }
     }
 }
 
@@ -552,10 +965,13 @@ mod tests {
             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}})
     }
 
+    /// A tenant plugin allowed any image and any added container, so that
+    /// these tests judge the restricted level alone.
     fn tenant() -> PodGrants {
         PodGrants {
             restricted: true,
             images: vec!["*".into()],
+            containers: vec!["*".into()],
             ..PodGrants::default()
         }
     }
@@ -640,6 +1056,22 @@ mod tests {
         let r = refused(&bare, &sidecar);
         assert_eq!(r.len(), 4, "{r:?}");
         assert!(r.iter().all(|x| x.contains("\"side\"")), "{r:?}");
+        // Without `containers` granted, adding one is refused as such.
+        let added_container: Vec<_> = added(&privileges(&bare), &privileges(&sidecar))
+            .filter_map(|p| {
+                PodGrants::default()
+                    .check(p)
+                    .err()
+                    .map(|g| (p.to_string(), g))
+            })
+            .collect();
+        assert!(
+            added_container.contains(&(
+                "containers entry \"side\"".to_owned(),
+                "grants.pod.containers"
+            )),
+            "{added_container:?}"
+        );
         let mut good = bare.clone();
         good["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
             .as_array_mut()
@@ -839,5 +1271,200 @@ mod tests {
         ));
         let new: Vec<_> = added(&before, &after).collect();
         assert_eq!(new, vec![&Privilege::HostNamespace("hostPID")]);
+    }
+
+    /// Everything beyond baseline a plugin may not change in pods without a
+    /// grant, each refused naming the grant that would allow it; the same
+    /// settings kept from the runtime are not the plugin's doing.
+    #[test]
+    fn pod_changes_beyond_the_allow_list_need_their_grant() {
+        let base = json!({"containers": [{"name": "node", "image": "app:1",
+            "env": [{"name": "A", "value": "1"}]}]});
+        let with = |pointer: &str, value: Value| {
+            let mut spec = base.clone();
+            let mut at = &mut spec;
+            for part in pointer.split('/').skip(1) {
+                at = match part.parse::<usize>() {
+                    Ok(i) => &mut at[i],
+                    Err(_) => &mut at[part],
+                };
+            }
+            *at = value;
+            pod(spec)
+        };
+        let before = pod(base.clone());
+        let cases: Vec<(&str, Value, &str)> = vec![
+            (
+                "/automountServiceAccountToken",
+                json!(true),
+                "grants.pod.serviceAccountTokens",
+            ),
+            (
+                "/volumes",
+                json!([{"name": "t", "projected": {"sources": [
+                {"serviceAccountToken": {"audience": "vault", "path": "t"}}]}}]),
+                "grants.pod.serviceAccountTokens",
+            ),
+            (
+                "/containers/0/env/0",
+                json!({"name": "A", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}),
+                "grants.pod.secretNames",
+            ),
+            (
+                "/containers/0/envFrom",
+                json!([{"secretRef": {"name": "db"}}]),
+                "grants.pod.secretNames",
+            ),
+            (
+                "/volumes",
+                json!([{"name": "s", "secret": {"secretName": "db"}}]),
+                "grants.pod.secretNames",
+            ),
+            (
+                "/volumes",
+                json!([{"name": "s", "projected": {"sources": [{"secret": {"name": "db"}}]}}]),
+                "grants.pod.secretNames",
+            ),
+            (
+                "/imagePullSecrets",
+                json!([{"name": "registry"}]),
+                "grants.pod.secretNames",
+            ),
+            (
+                "/nodeName",
+                json!("control-plane"),
+                "grants.pod.nodePlacement",
+            ),
+            (
+                "/nodeSelector",
+                json!({"node-role.kubernetes.io/control-plane": ""}),
+                "grants.pod.nodePlacement",
+            ),
+            (
+                "/tolerations",
+                json!([{"operator": "Exists"}]),
+                "grants.pod.nodePlacement",
+            ),
+            (
+                "/affinity",
+                json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname",
+                "operator": "In", "values": ["cp"]}]}]}}}),
+                "grants.pod.nodePlacement",
+            ),
+            (
+                "/priorityClassName",
+                json!("system-node-critical"),
+                "grants.pod.priorityClassNames",
+            ),
+            (
+                "/schedulerName",
+                json!("my-scheduler"),
+                "grants.pod.schedulerNames",
+            ),
+            ("/dnsPolicy", json!("None"), "grants.pod.dns"),
+            (
+                "/dnsConfig",
+                json!({"nameservers": ["6.6.6.6"]}),
+                "grants.pod.dns",
+            ),
+            (
+                "/hostAliases",
+                json!([{"ip": "6.6.6.6", "hostnames": ["kubernetes.default.svc"]}]),
+                "grants.pod.dns",
+            ),
+            (
+                "/initContainers",
+                json!([{"name": "fetch", "image": "app:1", "command": ["sh", "-c", "wget x | sh"]}]),
+                "grants.pod.containers",
+            ),
+            (
+                "/runtimeClassName",
+                json!("unsandboxed"),
+                "grants.pod.privileged",
+            ),
+            (
+                "/shareProcessNamespace",
+                json!(true),
+                "grants.pod.privileged",
+            ),
+            (
+                "/volumes",
+                json!([{"name": "data", "persistentVolumeClaim": {"claimName": "someone-elses"}}]),
+                "grants.pod.privileged",
+            ),
+            (
+                "/containers/0/someFutureField",
+                json!(true),
+                "grants.pod.privileged",
+            ),
+        ];
+        for (pointer, value, grant) in cases {
+            let after = with(pointer, value.clone());
+            let refused: Vec<_> = added(&privileges(&before), &privileges(&after))
+                .filter_map(|p| PodGrants::default().check(p).err())
+                .collect();
+            assert!(refused.contains(&grant), "{pointer} = {value}: {refused:?}");
+            // The same setting in the runtime is not the plugin's doing.
+            assert_eq!(added(&privileges(&after), &privileges(&after)).count(), 0);
+        }
+        // Allowed by default: env literals, args, resources, labels,
+        // emptyDir and configMap volumes, scheduling gates.
+        for (pointer, value) in [
+            ("/containers/0/env", json!([{"name": "B", "value": "2"}])),
+            ("/containers/0/args", json!(["--epochs", "3"])),
+            (
+                "/containers/0/resources",
+                json!({"limits": {"nvidia.com/gpu": 1}}),
+            ),
+            (
+                "/volumes",
+                json!([{"name": "c", "configMap": {"name": "job-config"}}, {"name": "e", "emptyDir": {}}]),
+            ),
+            ("/schedulingGates", json!([{"name": "example.com/gate"}])),
+        ] {
+            let after = with(pointer, value.clone());
+            let refused: Vec<_> = added(&privileges(&before), &privileges(&after))
+                .filter(|p| PodGrants::default().check(p).is_err())
+                .map(ToString::to_string)
+                .collect();
+            assert!(refused.is_empty(), "{pointer} = {value}: {refused:?}");
+        }
+    }
+
+    #[test]
+    fn typed_grants_allow_exactly_what_they_name() {
+        let g = PodGrants {
+            scheduler_names: vec!["volcano".into()],
+            priority_classes: vec!["high".into()],
+            node_placement: vec!["nvidia.com/gpu.product".into()],
+            secret_names: vec!["registry".into()],
+            containers: vec!["installer".into()],
+            ..PodGrants::default()
+        };
+        let place = |key: &str| Privilege::Placement {
+            key: key.into(),
+            what: String::new(),
+        };
+        assert!(g.check(&Privilege::Scheduler("volcano".into())).is_ok());
+        assert!(g.check(&Privilege::Scheduler("evil".into())).is_err());
+        assert!(g.check(&Privilege::PriorityClass("high".into())).is_ok());
+        assert!(
+            g.check(&Privilege::PriorityClass("system-node-critical".into()))
+                .is_err()
+        );
+        assert!(g.check(&place("nvidia.com/gpu.product")).is_ok());
+        assert!(g.check(&place("*")).is_err(), "nodeName needs *");
+        assert!(g.check(&Privilege::SecretRef("registry".into())).is_ok());
+        assert!(g.check(&Privilege::SecretRef("db".into())).is_err());
+        let c = |name: &str| Privilege::Container {
+            list: "initContainers",
+            name: name.into(),
+        };
+        assert!(g.check(&c("installer")).is_ok());
+        assert!(g.check(&c("miner")).is_err());
+        assert!(g.check(&Privilege::Dns(String::new())).is_err());
+        assert!(g.check(&Privilege::Token(String::new())).is_err());
+        assert!(g.check(&Privilege::Field(String::new())).is_err());
     }
 }

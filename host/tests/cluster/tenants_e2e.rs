@@ -513,6 +513,27 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
             ),
             vec![PLUGIN, "PodSecurity", "evil.example/miner"],
         ),
+        (
+            "secret-env",
+            set(
+                format!("{pod}/containers/0/envFrom"),
+                json!([{"secretRef": {"name": "a-secret"}}]),
+            ),
+            vec![PLUGIN, "PodSecurity", "grants.pod.secretNames"],
+        ),
+        (
+            "control-plane",
+            set(
+                format!("{pod}/tolerations"),
+                json!([{"operator": "Exists"}]),
+            ),
+            vec![PLUGIN, "PodSecurity", "grants.pod.nodePlacement"],
+        ),
+        (
+            "dns-hijack",
+            set(format!("{pod}/dnsPolicy"), json!("None")),
+            vec![PLUGIN, "PodSecurity", "grants.pod.dns"],
+        ),
         ("spin", json!({"attack": "loop"}), vec![PLUGIN, "Timeout"]),
         (
             "hoard",

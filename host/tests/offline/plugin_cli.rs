@@ -265,6 +265,27 @@ fn run_refuses_every_containment_class_with_its_reason() {
             "PodSecurity",
         ),
         (
+            "5 a Secret of the namespace into the user's pods",
+            json!({"name": "evil"}),
+            json!({"set": [{"phase": "pre-build", "target": "info", "pointer": format!("{pod}/containers/0/envFrom"), "value": [{"secretRef": {"name": "db-credentials"}}]}]}),
+            vec![],
+            "grants.pod.secretNames",
+        ),
+        (
+            "5 pods onto control-plane nodes",
+            json!({"name": "evil"}),
+            json!({"set": [{"phase": "pre-build", "target": "info", "pointer": format!("{pod}/tolerations"), "value": [{"operator": "Exists"}]}]}),
+            vec![],
+            "grants.pod.nodePlacement",
+        ),
+        (
+            "5 the API server's name hijacked",
+            json!({"name": "evil"}),
+            json!({"set": [{"phase": "pre-build", "target": "info", "pointer": format!("{pod}/hostAliases"), "value": [{"ip": "6.6.6.6", "hostnames": ["kubernetes.default.svc"]}]}]}),
+            vec![],
+            "grants.pod.dns",
+        ),
+        (
             "6 sleep",
             json!({"name": "evil"}),
             json!({"attack": "sleep"}),

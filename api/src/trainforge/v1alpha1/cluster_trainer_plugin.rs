@@ -285,4 +285,36 @@ pub struct PodSecurityGrants {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "atomic"))]
     pub images: Option<Vec<String>>,
+    /// Scheduler names the plugin may set on pods (`*` = any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "atomic"))]
+    pub scheduler_names: Option<Vec<String>>,
+    /// Priority classes the plugin may set on pods (`*` = any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "atomic"))]
+    pub priority_class_names: Option<Vec<String>>,
+    /// Node label and taint keys the plugin may place pods by
+    /// (`nodeSelector`, node affinity, tolerations); `*` = any, which
+    /// `nodeName` and keyless tolerations need.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "atomic"))]
+    pub node_placement: Option<Vec<String>>,
+    /// Secrets the plugin may reference from pods (env, envFrom, volumes,
+    /// image pull secrets) beyond the TrainJob's own (`<trainjob>-…`);
+    /// `*` = any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "atomic"))]
+    pub secret_names: Option<Vec<String>>,
+    /// Service-account tokens: `automountServiceAccountToken: true` and
+    /// projected tokens for any audience.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_tokens: Option<bool>,
+    /// `dnsPolicy`, `dnsConfig` and `hostAliases`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<bool>,
+    /// Containers (init, sidecar, ephemeral or regular) the plugin may add,
+    /// by name (`*` = any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "atomic"))]
+    pub containers: Option<Vec<String>>,
 }

@@ -135,6 +135,13 @@ pub fn options(
                     capabilities: p.capabilities.clone().unwrap_or_default(),
                     service_accounts: p.service_account_names.clone().unwrap_or_default(),
                     images: p.images.clone().unwrap_or_default(),
+                    scheduler_names: p.scheduler_names.clone().unwrap_or_default(),
+                    priority_classes: p.priority_class_names.clone().unwrap_or_default(),
+                    node_placement: p.node_placement.clone().unwrap_or_default(),
+                    secret_names: p.secret_names.clone().unwrap_or_default(),
+                    service_account_tokens: p.service_account_tokens.unwrap_or(false),
+                    dns: p.dns.unwrap_or(false),
+                    containers: p.containers.clone().unwrap_or_default(),
                     restricted: false,
                 }),
         });

@@ -380,6 +380,12 @@ fn grants_within(asked: &Grants, max: &Grants) -> Result<(), String> {
         ("pod.privileged", a.privileged, m.privileged),
         ("pod.hostNamespaces", a.host_namespaces, m.host_namespaces),
         ("pod.hostPorts", a.host_ports, m.host_ports),
+        (
+            "pod.serviceAccountTokens",
+            a.service_account_tokens,
+            m.service_account_tokens,
+        ),
+        ("pod.dns", a.dns, m.dns),
     ] {
         if on && !allowed {
             over.push(name.to_owned());
@@ -400,6 +406,26 @@ fn grants_within(asked: &Grants, max: &Grants) -> Result<(), String> {
             false,
         ),
         ("pod.images", &a.images, &m.images, true),
+        (
+            "pod.schedulerNames",
+            &a.scheduler_names,
+            &m.scheduler_names,
+            false,
+        ),
+        (
+            "pod.priorityClassNames",
+            &a.priority_classes,
+            &m.priority_classes,
+            false,
+        ),
+        (
+            "pod.nodePlacement",
+            &a.node_placement,
+            &m.node_placement,
+            false,
+        ),
+        ("pod.secretNames", &a.secret_names, &m.secret_names, false),
+        ("pod.containers", &a.containers, &m.containers, false),
     ] {
         for v in asked {
             if !under(v, allowed, by_prefix) {
