@@ -14,6 +14,7 @@
 //! | `trainforge_api_writes_total` | `verb`, `kind` | every write the operator makes |
 //! | `trainforge_noop_resyncs_total` | – | reconciles that wrote nothing |
 //! | `trainforge_renders_reused_total` | – | reconciles that reused the TrainJob's last render (no plugin reconcile phase or build called) |
+//! | `trainforge_plugin_swap_trainjobs_total` | – | unfinished TrainJobs queued for a re-render by a change of the plugin set in service |
 //! | `trainforge_trainjob_create_to_jobset_ready_seconds` | – | TrainJob creation → JobSet ready (histogram) |
 //! | `trainforge_plugin_calls_total` | `plugin`, `phase` | plugin calls |
 //! | `trainforge_plugin_call_duration_seconds` | `plugin`, `phase` | plugin call latency, 1 µs – 4 s buckets |
@@ -156,6 +157,7 @@ pub struct Metrics {
     api_writes: Family<WriteLabels, Counter>,
     noop_resyncs: Counter,
     renders_reused: Counter,
+    swap_trainjobs: Counter,
     jobset_ready: Histogram,
     plugin_calls: Family<PluginPhaseLabels, Counter>,
     plugin_call_duration: HistogramFamily<PluginPhaseLabels>,
@@ -223,6 +225,12 @@ impl Metrics {
             "trainforge_renders_reused",
             "Reconciles that reused the TrainJob's last render: nothing it depends on changed",
             renders_reused.clone(),
+        );
+        let swap_trainjobs = Counter::default();
+        registry.register(
+            "trainforge_plugin_swap_trainjobs",
+            "Unfinished TrainJobs queued for a re-render by a change of the plugin set in service",
+            swap_trainjobs.clone(),
         );
         let jobset_ready = Histogram::new(exponential_buckets(0.05, 2.0, 14));
         registry.register(
@@ -319,6 +327,7 @@ impl Metrics {
             api_writes,
             noop_resyncs,
             renders_reused,
+            swap_trainjobs,
             jobset_ready,
             plugin_calls,
             plugin_call_duration,
@@ -383,6 +392,11 @@ impl Metrics {
     /// Count a reconcile that reused the last render.
     pub fn render_reused(&self) {
         self.renders_reused.inc();
+    }
+
+    /// Count TrainJobs a change of the plugin set queued for a re-render.
+    pub fn swap_trainjobs(&self, n: usize) {
+        self.swap_trainjobs.inc_by(n as u64);
     }
 
     /// Observe the time from a TrainJob's creation to its JobSet being ready.
@@ -557,6 +571,7 @@ mod tests {
             "trainforge_api_writes_total",
             "trainforge_noop_resyncs_total",
             "trainforge_renders_reused_total",
+            "trainforge_plugin_swap_trainjobs_total",
             "trainforge_trainjob_create_to_jobset_ready_seconds",
             "trainforge_plugin_calls_total",
             "trainforge_plugin_call_duration_seconds",

@@ -888,3 +888,105 @@ async fn blocked_trainjobs_back_off_instead_of_polling() {
             .is_none()
     );
 }
+
+/// A change of the plugin set reaches every unfinished TrainJob at once
+/// (issue 31, item 2): 50 suspended TrainJobs built by a plugin's first
+/// configuration all get the second's objects well inside one resync
+/// period (30 s here), and the swap is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_swap_re_renders_every_unfinished_trainjob() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-swap").await.unwrap();
+    let bytes = std::fs::read(crate::plugin_common::minimal_wasm()).unwrap();
+    let sha = trainforge::plugin::sha256_hex(&bytes);
+    let data = serde_json::to_value(k8s_openapi::ByteString(bytes)).unwrap();
+    apply(
+        &client,
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "swap-module", "namespace": ns},
+            "binaryData": {"module.wasm": data}}),
+    )
+    .await;
+    // `mlPolicy.minimal` routes the plugin to this runtime's TrainJobs only.
+    let greeter = |greeting: &str| {
+        json!({"apiVersion": "trainforge.dev/v1alpha1", "kind": "ClusterTrainerPlugin",
+            "metadata": {"name": "e2e-swap-greeter"},
+            "spec": {"source": {"configMap": {"namespace": ns, "name": "swap-module", "key": "module.wasm"}},
+                "sha256": sha, "order": 50, "config": {"greeting": greeting}}})
+    };
+    apply(&client, &greeter("v1")).await;
+    let runtime = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+        "metadata": {"name": "greet", "namespace": ns},
+        "spec": {"mlPolicy": {"numNodes": 1, "minimal": {}}, "template": {"spec": {"replicatedJobs": [{
+            "name": "node",
+            "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "busybox"}]}}}}}]}}}});
+    apply(&client, &runtime).await;
+    const JOBS: usize = 50;
+    for i in 0..JOBS {
+        let mut tj = trainjob_object(&ns, &format!("swap-{i}"), "greet", json!({"suspend": true}));
+        tj["spec"]["runtimeRef"]["kind"] = json!("TrainingRuntime");
+        apply(&client, &tj).await;
+    }
+    let greetings = |want: &'static str| {
+        let (client, ns) = (client.clone(), ns.clone());
+        async move {
+            let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+                kube::Api::namespaced(client, &ns);
+            let list = api.list(&Default::default()).await.ok()?;
+            let n = list
+                .items
+                .iter()
+                .filter(|cm| {
+                    cm.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.ends_with("-minimal"))
+                        && cm
+                            .data
+                            .as_ref()
+                            .and_then(|d| d.get("greeting"))
+                            .map(String::as_str)
+                            == Some(want)
+                })
+                .count();
+            (n == JOBS).then_some(n)
+        }
+    };
+    eventually("every TrainJob built by v1", TIMEOUT, || greetings("v1")).await;
+    let swaps_before = metric(
+        &op.scrape().await,
+        "trainforge_plugin_swap_trainjobs_total",
+        &[],
+    );
+    let edit = std::time::Instant::now();
+    apply(&client, &greeter("v2")).await;
+    eventually(
+        "every TrainJob re-rendered by v2",
+        Duration::from_secs(25),
+        || greetings("v2"),
+    )
+    .await;
+    report(&format!(
+        "figure: plugin swap -> all {JOBS} suspended TrainJobs re-rendered: {} ms",
+        edit.elapsed().as_millis()
+    ));
+    let swaps_after = metric(
+        &op.scrape().await,
+        "trainforge_plugin_swap_trainjobs_total",
+        &[],
+    );
+    assert!(
+        swaps_after - swaps_before >= JOBS as f64,
+        "the swap queued every unfinished TrainJob: {swaps_before} -> {swaps_after}"
+    );
+    delete(
+        &client,
+        "trainforge.dev/v1alpha1",
+        "ClusterTrainerPlugin",
+        None,
+        "e2e-swap-greeter",
+    )
+    .await;
+}

@@ -66,10 +66,15 @@ const WAKE_SETTLE_MAX: Duration = Duration::from_secs(10);
 
 /// Until `shutdown`: each time the set in service changes and then stays
 /// unchanged for `settle` (at most [`WAKE_SETTLE_MAX`] after the first
-/// change), if it can serve TrainJobs, send the TrainJobs waiting for it to
-/// `wake`.
+/// change), if it can serve TrainJobs, send to `wake` the TrainJobs waiting
+/// for it and every unfinished TrainJob of `trainjobs`: a swap re-renders
+/// each unfinished TrainJob's objects (its render was made with the old
+/// set), not only those an event or the resync happens to bring
+/// (`trainforge_plugin_swap_trainjobs_total` counts them). A finished
+/// TrainJob builds nothing and is left alone.
 async fn wake_waiting(
     ctx: Arc<Context>,
+    trainjobs: Store<TrainJob>,
     mut changes: watch::Receiver<u64>,
     wake: UnboundedSender<ObjectRef<TrainJob>>,
     settle: Duration,
@@ -105,7 +110,27 @@ async fn wake_waiting(
                     "the plugin set in service can serve TrainJobs again: reconciling those that waited"
                 );
             }
-            for r in woken {
+            let mut queued: std::collections::HashSet<ObjectRef<TrainJob>> =
+                woken.into_iter().collect();
+            let unfinished: Vec<ObjectRef<TrainJob>> = trainjobs
+                .state()
+                .iter()
+                .filter(|j| {
+                    !j.status
+                        .as_ref()
+                        .is_some_and(super::conditions::is_finished)
+                })
+                .map(|j| ObjectRef::from_obj(j.as_ref()))
+                .collect();
+            ctx.metrics.swap_trainjobs(unfinished.len());
+            if !unfinished.is_empty() {
+                info!(
+                    trainjobs = unfinished.len(),
+                    "the plugin set in service changed: re-rendering every unfinished TrainJob"
+                );
+            }
+            queued.extend(unfinished);
+            for r in queued {
                 if wake.send(r).is_err() {
                     return;
                 }
@@ -157,9 +182,11 @@ pub async fn run(
         futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) })
     };
     let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (reader, writer) = reflector::store();
     let waker = ctx.plugins.changes().map(|changes| {
         tokio::spawn(wake_waiting(
             ctx.clone(),
+            reader.clone(),
             changes,
             wake_tx,
             WAKE_SETTLE,
@@ -175,7 +202,6 @@ pub async fn run(
         concurrency = ctx.settings.concurrency,
         "TrainJob controller starting"
     );
-    let (reader, writer) = reflector::store();
     // No step reads a TrainJob's managedFields (nor are plugins given
     // them): the store and every plugin input are smaller without them.
     let trainjobs = watcher(api, watcher::Config::default())
@@ -276,6 +302,70 @@ mod tests {
         ReconcileError::NoServingPlugins(serving::check_fixed(&PluginSet::default()).unwrap())
     }
 
+    /// A swap reaches every unfinished TrainJob, not only those that
+    /// waited: each is queued once after the set settles; finished ones
+    /// are left alone.
+    #[tokio::test]
+    async fn a_swap_queues_every_unfinished_trainjob() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        use trainforge_api::trainer::v1alpha1::TrainJobStatus;
+        let (ctx, switch) = context();
+        switch.swap(serving::jobset_set());
+        let (store, mut writer) = reflector::store();
+        let mut done = job("done");
+        done.status = Some(TrainJobStatus {
+            conditions: Some(vec![Condition {
+                type_: "Complete".into(),
+                status: "True".into(),
+                reason: "JobSetCompleted".into(),
+                message: String::new(),
+                last_transition_time: crate::controller::trainjob::conditions::now(),
+                observed_generation: None,
+            }]),
+            ..TrainJobStatus::default()
+        });
+        let running: Vec<TrainJob> = (0..50).map(|i| job(&format!("run-{i}"))).collect();
+        for j in running.iter().chain([&done]) {
+            writer.apply_watcher_event(&watcher::Event::Apply(j.clone()));
+        }
+        let (tx, mut woken) = tokio::sync::mpsc::unbounded_channel();
+        let stop = CancellationToken::new();
+        let settle = Duration::from_millis(100);
+        let task = tokio::spawn(wake_waiting(
+            ctx.clone(),
+            store,
+            switch.changes().unwrap(),
+            tx,
+            settle,
+            stop.clone(),
+        ));
+        tokio::time::sleep(settle).await;
+        switch.swap(serving::jobset_set());
+        let mut got = std::collections::BTreeSet::new();
+        while got.len() < running.len() {
+            let r = tokio::time::timeout(Duration::from_secs(5), woken.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(got.insert(r.name.clone()), "{} queued twice", r.name);
+        }
+        let more = tokio::time::timeout(settle * 3, woken.recv()).await;
+        assert!(
+            more.is_err(),
+            "the finished TrainJob is left alone: {more:?}"
+        );
+        let want: std::collections::BTreeSet<String> = running
+            .iter()
+            .map(|j| j.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(got, want);
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
     #[tokio::test]
     async fn a_set_that_can_serve_wakes_the_trainjobs_that_waited() {
         let (ctx, switch) = context();
@@ -286,6 +376,7 @@ mod tests {
         let settle = Duration::from_millis(200);
         let task = tokio::spawn(wake_waiting(
             ctx.clone(),
+            reflector::store().0,
             switch.changes().unwrap(),
             tx,
             settle,
