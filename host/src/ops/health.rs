@@ -450,7 +450,7 @@ mod tests {
         );
 
         // A check can fail again, with a new reason.
-        plugins.set_not_ready("no plugin in service calls build");
+        plugins.set_not_ready("no plugin in service builds JobSets");
         let r = http.get(url("/readyz")).send().await.unwrap();
         assert_eq!(r.status(), 503);
         assert_eq!(r.text().await.unwrap(), "not ready: plugins");
@@ -459,7 +459,7 @@ mod tests {
             r.text()
                 .await
                 .unwrap()
-                .starts_with("[-]plugins failed: no plugin in service calls build\n"),
+                .starts_with("[-]plugins failed: no plugin in service builds JobSets\n"),
         );
 
         // Passing but degraded: still ready, and the body says what.
@@ -481,14 +481,14 @@ mod tests {
              [+]caches ok\nreadyz check passed\n"
         );
         // A failing check shows its failure, not the degradation.
-        plugins.set_not_ready("no plugin in service calls build");
+        plugins.set_not_ready("no plugin in service builds JobSets");
         let r = http.get(url("/readyz?verbose")).send().await.unwrap();
         assert_eq!(r.status(), 503);
         assert!(
             r.text()
                 .await
                 .unwrap()
-                .starts_with("[-]plugins failed: no plugin in service calls build\n")
+                .starts_with("[-]plugins failed: no plugin in service builds JobSets\n")
         );
         plugins.set_ready();
         plugins.set_degraded(None);

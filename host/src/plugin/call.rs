@@ -238,6 +238,17 @@ impl LoadedPlugin {
         &self.inner.emits
     }
 
+    /// Whether this plugin builds TrainJobs' JobSets: its `build` is called
+    /// and it may emit `jobset.x-k8s.io` JobSets. Without one such plugin
+    /// in service no TrainJob gets a JobSet.
+    pub fn builds_jobsets(&self) -> bool {
+        self.calls(Phase::Build)
+            && self
+                .allowed_emits()
+                .iter()
+                .any(|k| k.group() == "jobset.x-k8s.io" && k.kind == "JobSet")
+    }
+
     /// The kinds `host.get-object` serves to this plugin.
     pub fn allowed_reads(&self) -> &BTreeSet<KindRef> {
         &self.inner.env.ctx.reads

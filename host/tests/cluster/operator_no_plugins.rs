@@ -7,7 +7,10 @@
 //!   (`NoServingPlugins`) naming them, and no object at all;
 //! - once a plugin serves again the operator is ready, the TrainJob gets its
 //!   JobSet and runs to `Complete`, and `PluginsReady` is gone;
-//! - removing every `ClusterTrainerPlugin` makes the operator unready again.
+//! - removing every `ClusterTrainerPlugin` makes the operator unready again,
+//!   and so does removing the JobSet plugin while another plugin with a
+//!   `build` phase serves (no TrainJob could get its JobSet); a TrainJob
+//!   then waits `Blocked` and gets its JobSet once the plugin is back.
 //!
 //! Skips (passes with a note on stderr) when the control plane is not built;
 //! `TRAINFORGE_TESTENV_REQUIRED=1` makes that a failure.
@@ -94,11 +97,11 @@ async fn no_serving_plugins_is_not_ready_and_trainjobs_wait_for_them() {
         .unwrap();
     assert!(
         plugins_line
-            .contains("no plugin set can serve TrainJobs: no plugin in service calls build")
+            .contains("no plugin set can serve TrainJobs: no plugin in service builds JobSets")
             && plugins_line.contains(
                 "ClusterTrainerPlugins not serving: jobset (DigestMismatch: expected sha256 0000"
             )
-            && plugins_line.contains("serving without a build phase: plainml"),
+            && plugins_line.contains("serving without building JobSets: plainml"),
         "{body}"
     );
     assert!(body.ends_with("readyz check failed\n"), "{body}");
@@ -246,4 +249,60 @@ async fn no_serving_plugins_is_not_ready_and_trainjobs_wait_for_them() {
     // And ready again once one that builds is back.
     apply(&client, &jobset).await;
     readyz_until(&op, "ready again", |code, _| code == 200).await;
+
+    // The JobSet plugin removed while another plugin with a build phase
+    // serves (MPI builds ConfigMaps and Secrets): no TrainJob could get its
+    // JobSet, so not ready naming it, and a TrainJob waits Blocked; back
+    // as soon as the JobSet plugin returns.
+    let mpi = docs(&root().join("manifests/plugins/mpi.yaml"), None).remove(0);
+    apply(&client, &mpi).await;
+    eventually("MPI in service", TIMEOUT, || async {
+        let p = get(&client, CTP, "ClusterTrainerPlugin", None, "mpi").await?;
+        p.pointer("/status/servingDigest")
+            .is_some_and(|d| !d.is_null())
+            .then_some(())
+    })
+    .await;
+    delete(&client, CTP, "ClusterTrainerPlugin", None, "jobset").await;
+    let body = readyz_until(
+        &op,
+        "no plugin builds JobSets, MPI serving",
+        |code, body| code == 503 && body.contains("serving without building JobSets: mpi"),
+    )
+    .await;
+    assert!(
+        body.contains("no plugin in service builds JobSets")
+            && body.contains("serving without building JobSets: mpi"),
+        "{body}"
+    );
+    apply(
+        &client,
+        &trainjob_object(&ns, "after-removal", "torch-distributed", json!({})),
+    )
+    .await;
+    let waiting = eventually(
+        "the TrainJob Blocked (NoServingPlugins)",
+        TIMEOUT,
+        || async {
+            let t = trainjob(&client, &ns, "after-removal").await?;
+            condition(&t, "Blocked")
+                .is_some_and(|c| c["reason"] == "NoServingPlugins")
+                .then_some(t)
+        },
+    )
+    .await;
+    assert!(
+        condition(&waiting, "PluginsReady").is_some_and(|c| c["status"] == "False"),
+        "{}",
+        waiting["status"]
+    );
+    apply(&client, &jobset).await;
+    readyz_until(&op, "ready once the JobSet plugin is back", |code, _| {
+        code == 200
+    })
+    .await;
+    eventually("the waiting TrainJob's JobSet", TIMEOUT, || async {
+        get(&client, JOBSET, "JobSet", Some(&ns), "after-removal").await
+    })
+    .await;
 }

@@ -699,7 +699,7 @@ mod tests {
         assert_eq!(
             catalog_readiness(&catalog),
             Err(
-                "no plugin set can serve TrainJobs: no plugin in service calls build; \
+                "no plugin set can serve TrainJobs: no plugin in service builds JobSets; \
                  no ClusterTrainerPlugin is configured"
                     .to_owned()
             )
@@ -711,7 +711,7 @@ mod tests {
         let fixed = FixedPlugins(Arc::new(PluginSet::default()));
         let why = readiness_of(fixed.not_serving(&fixed.current())).unwrap_err();
         assert!(
-            why.starts_with("no plugin set can serve TrainJobs: no plugin in service calls build; this binary embeds no builtin plugin"),
+            why.starts_with("no plugin set can serve TrainJobs: no plugin in service builds JobSets; this binary embeds no builtin plugin"),
             "{why}"
         );
     }

@@ -251,7 +251,8 @@ pub struct PluginReport {
     pub name: String,
     /// Whether a version of it is in service.
     pub serving: bool,
-    /// Whether the version in service has its `build` phase called.
+    /// Whether the version in service builds JobSets
+    /// ([`LoadedPlugin::builds_jobsets`]).
     pub builds: bool,
     /// `(reason, message)` of its latest attempt, when that attempt failed.
     pub failure: Option<(String, String)>,
@@ -355,7 +356,7 @@ impl PluginCatalog {
                 builds: e
                     .serving
                     .as_ref()
-                    .is_some_and(|s| s.plugin.calls(Phase::Build)),
+                    .is_some_and(|s| s.plugin.builds_jobsets()),
                 failure: e.attempt.as_ref().and_then(|a| a.failure.clone()),
             })
             .collect()

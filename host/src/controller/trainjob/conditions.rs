@@ -575,11 +575,11 @@ mod tests {
         set_plugins_ready(&mut s, None, &now);
         assert_eq!(s, healthy, "a healthy status is left exactly as it was");
 
-        set_plugins_ready(&mut s, Some("no plugin in service calls build"), &now);
+        set_plugins_ready(&mut s, Some("no plugin in service builds JobSets"), &now);
         let c = find(&s, CONDITION_PLUGINS_READY).unwrap();
         assert_eq!(ConditionStatus::of(c), Some(ConditionStatus::False));
         assert_eq!(c.reason, REASON_NO_SERVING_PLUGINS);
-        assert_eq!(c.message, "no plugin in service calls build");
+        assert_eq!(c.message, "no plugin in service builds JobSets");
         assert!(!is_finished(&s));
 
         set_plugins_ready(&mut s, None, &t("2026-01-01T00:05:00Z"));

@@ -300,7 +300,7 @@ mod tests {
             },
             Row {
                 name: "no plugin set can serve: PluginsReady=False/NoServingPlugins",
-                not_serving: Some("no plugin in service calls build"),
+                not_serving: Some("no plugin in service builds JobSets"),
                 expect: &[NO_PLUGINS],
                 ..ROW
             },
@@ -312,7 +312,7 @@ mod tests {
             },
             Row {
                 name: "no serving set wins over a policy problem",
-                not_serving: Some("no plugin in service calls build"),
+                not_serving: Some("no plugin in service builds JobSets"),
                 policy_problem: Some("runtime policy mlPolicy.torch served by no plugin"),
                 expect: &[NO_PLUGINS],
                 ..ROW

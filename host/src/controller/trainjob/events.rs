@@ -174,7 +174,7 @@ mod tests {
             kind: CONDITION_PLUGINS_READY.into(),
             status: ConditionStatus::False,
             reason: "NoServingPlugins".into(),
-            message: "no plugin in service calls build; ClusterTrainerPlugins not serving: jobset (DigestMismatch: x)".into(),
+            message: "no plugin in service builds JobSets; ClusterTrainerPlugins not serving: jobset (DigestMismatch: x)".into(),
         };
         let (event_type, reason, note) = for_transition(&tr).unwrap();
         assert_eq!(event_type, EventType::Warning);

@@ -1,7 +1,11 @@
 //! Whether the plugin set in service can serve TrainJobs, and why not.
 //!
-//! A set can serve TrainJobs when at least one of its plugins has its
-//! `build` phase called: without one, no TrainJob would get any object.
+//! A set can serve TrainJobs when at least one of its plugins builds
+//! JobSets (its `build` is called and it may emit JobSets:
+//! [`LoadedPlugin::builds_jobsets`]): without one, no TrainJob would get
+//! its JobSet (a set whose other plugins build ConfigMaps would leave every
+//! TrainJob without JobSet, condition or Event, and a running one never
+//! complete).
 //! While no set can serve, the operator is not ready (`plugins` check) and
 //! a reconciled TrainJob gets the `PluginsReady=False` condition and a
 //! Warning Event instead of objects. [`NotServing`] says which configured
@@ -17,8 +21,6 @@
 
 use std::fmt;
 
-use trainforge_api::plugin::Phase;
-
 use crate::controller::catalog::PluginReport;
 use crate::plugin::{LoadedPlugin, PluginSet};
 
@@ -27,9 +29,9 @@ use crate::plugin::{LoadedPlugin, PluginSet};
 /// explanation goes into a condition message and an Event note.
 const WHY_LIMIT: usize = 200;
 
-/// Whether `set` can serve TrainJobs: one of its plugins has `build` called.
+/// Whether `set` can serve TrainJobs: one of its plugins builds JobSets.
 pub fn can_serve(set: &PluginSet) -> bool {
-    set.plugins().iter().any(|p| p.calls(Phase::Build))
+    set.plugins().iter().any(LoadedPlugin::builds_jobsets)
 }
 
 /// Where the operator's plugins come from.
@@ -57,7 +59,7 @@ pub struct NotServing {
     pub origin: Origin,
     /// Configured plugins with no version in service.
     pub absent: Vec<Absent>,
-    /// Plugins in service, none of which has `build` called.
+    /// Plugins in service, none of which builds JobSets.
     pub without_build: Vec<String>,
 }
 
@@ -75,7 +77,7 @@ impl NotServing {
 
 impl fmt::Display for NotServing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("no plugin in service calls build")?;
+        f.write_str("no plugin in service builds JobSets")?;
         let what = match self.origin {
             Origin::Catalog => "ClusterTrainerPlugin",
             Origin::Builtin => "builtin plugin",
@@ -94,7 +96,7 @@ impl fmt::Display for NotServing {
         if !self.without_build.is_empty() {
             write!(
                 f,
-                "; {what}s serving without a build phase: {}",
+                "; {what}s serving without building JobSets: {}",
                 self.without_build.join(", ")
             )?;
         }
@@ -255,7 +257,7 @@ mod tests {
         let n = check_catalog(&empty, &[]).unwrap();
         assert_eq!(
             n.to_string(),
-            "no plugin in service calls build; no ClusterTrainerPlugin is configured"
+            "no plugin in service builds JobSets; no ClusterTrainerPlugin is configured"
         );
         assert!(n.plugins().is_empty());
         let n = check_fixed(&empty).unwrap();
@@ -283,9 +285,9 @@ mod tests {
         let n = check_catalog(&PluginSet::default(), &reports).unwrap();
         assert_eq!(
             n.to_string(),
-            "no plugin in service calls build; \
+            "no plugin in service builds JobSets; \
              ClusterTrainerPlugins not serving: jobset (DigestMismatch: expected sha256 00, got 11), mpi (not loaded yet); \
-             ClusterTrainerPlugins serving without a build phase: torch, volcano"
+             ClusterTrainerPlugins serving without building JobSets: torch, volcano"
         );
         assert_eq!(n.plugins(), ["jobset", "mpi", "torch", "volcano"]);
     }
