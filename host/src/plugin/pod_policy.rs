@@ -21,7 +21,7 @@
 //! the restricted list ([`Privilege::Unrestricted`]).
 //!
 //! Beyond baseline, a plugin's pod changes are judged by allow-list
-//! ([`pod_fields`]): of a pod spec it may change without a grant only the
+//! (`pod_fields`): of a pod spec it may change without a grant only the
 //! fields of [`ALLOWED_POD_FIELDS`] and [`ALLOWED_CONTAINER_FIELDS`] that
 //! cannot widen what the pods reach, and volumes of
 //! [`ALLOWED_VOLUME_TYPES`]; the scheduler, priority class, node placement
@@ -520,7 +520,7 @@ pub const ALLOWED_CONTAINER_FIELDS: &[&str] = &[
 /// credentials of its own (Secrets and projected tokens are judged by
 /// name and audience; `hostPath` is a baseline privilege; an image volume
 /// is judged by image).
-const ALLOWED_VOLUME_TYPES: &[&str] = &[
+pub const ALLOWED_VOLUME_TYPES: &[&str] = &[
     "emptyDir",
     "configMap",
     "downwardAPI",
