@@ -266,13 +266,23 @@ pub fn check_policies_served(
 /// operator's own move of those fields is not an edit. The controller
 /// records the digest on the objects it builds, so that a later edit of the
 /// patches is told apart from the patches those objects came from.
+///
+/// Rule: a patch's `time` is not part of it (it says when its manager last
+/// set it): a webhook stamping the time of the operator's own move (ours,
+/// when it is already registered at the move, or not) is no edit.
 pub fn runtime_patches_hash(job: &TrainJob) -> String {
     let converted = legacy::convert(&job.spec).ok().flatten();
     let patches = match &converted {
         Some(c) => c.runtime_patches.as_slice(),
         None => job.spec.runtime_patches.as_deref().unwrap_or_default(),
     };
-    let text = serde_json::to_string(patches).unwrap_or_default();
+    let mut value = serde_json::to_value(patches).unwrap_or_default();
+    for p in value.as_array_mut().into_iter().flatten() {
+        if let Some(o) = p.as_object_mut() {
+            o.remove("time");
+        }
+    }
+    let text = value.to_string();
     let mut hex = plugin::sha256_hex(text.as_bytes());
     hex.truncate(16);
     hex
@@ -818,6 +828,18 @@ mod tests {
         after.spec.labels = None;
         after.spec.runtime_patches = Some(conversion.runtime_patches);
         assert_eq!(runtime_patches_hash(&before), runtime_patches_hash(&after));
+        // The defaulting webhook stamping the moved patch (when it is
+        // already registered at the move) is no edit either.
+        let mut stamped = after.clone();
+        if let Some(p) = stamped
+            .spec
+            .runtime_patches
+            .as_mut()
+            .and_then(|p| p.first_mut())
+        {
+            p.time = Some(serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap());
+        }
+        assert_eq!(runtime_patches_hash(&stamped), runtime_patches_hash(&after));
         // A v2.1 field edited later is an edit of the patches.
         let mut edited = after.clone();
         edited.spec.labels = Some([("team".to_string(), "b".to_string())].into());
