@@ -447,7 +447,9 @@ fn walk(v: &Value, container: &str, out: &mut BTreeSet<Privilege>) {
 /// may reach (restart policy, deadlines, scheduling gates, topology spread,
 /// hostname and subdomain, resources). The identity and baseline fields
 /// (`serviceAccountName`, host namespaces, `securityContext`) have their
-/// own privileges.
+/// own privileges; the value-judged fields (scheduler, priority class,
+/// placement, pull secrets, tokens, DNS) are not listed here, they are
+/// judged before this list is consulted.
 pub const ALLOWED_POD_FIELDS: &[&str] = &[
     "containers",
     "initContainers",
@@ -472,18 +474,6 @@ pub const ALLOWED_POD_FIELDS: &[&str] = &[
     "enableServiceLinks",
     "os",
     "resources",
-    // Judged below, value by value.
-    "imagePullSecrets",
-    "schedulerName",
-    "priorityClassName",
-    "nodeName",
-    "nodeSelector",
-    "tolerations",
-    "affinity",
-    "dnsPolicy",
-    "dnsConfig",
-    "hostAliases",
-    "automountServiceAccountToken",
 ];
 
 /// Container fields a plugin may change without a grant (`image`, `env`

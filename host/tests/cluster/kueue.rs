@@ -14,6 +14,12 @@
 //! Upstream Kubeflow Trainer v2.3 accepts `trainer.numProcPerNode` 0 and
 //! below; so do we, with a warning.
 //!
+//! Kueue's `PodsReady` (for `waitForPodsReady`) is `ready + succeeded`
+//! summed over the TrainJob's `jobsStatus` reaching the JobSet's replicas,
+//! read only while the TrainJob runs. The operator here batches child
+//! changes for [`CHILD_BATCH_MS`], far longer than the default, so a status
+//! that waited for its window would show it.
+//!
 //! Real Kueue is not run here: its controller (a Go build of its own module
 //! graph, its CRDs and webhooks) would cost CI several minutes cold; these
 //! are the writes it makes, to the field.
@@ -32,19 +38,23 @@ use trainforge_testenv::{FAIL_POD_LABEL, Mode, TestEnv};
 const TIMEOUT: Duration = Duration::from_secs(120);
 const JOBSET: &str = "jobset.x-k8s.io/v1alpha2";
 const KUEUE_MANAGER: &str = "kueue.x-k8s.io/manager";
+/// The operator's child batch window here (the default is 1000).
+const CHILD_BATCH_MS: u64 = 10_000;
 
 /// Kueue's webhook's patch: empty, without `time`.
 fn kueue_empty_patch() -> Value {
     json!({"manager": KUEUE_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {}}}})
 }
 
-/// Pods that keep running (kwok fails them only after 10 minutes), with a
-/// pod label of the user's own.
+/// Pods that keep running (kwok fails them only after 10 minutes: its
+/// stage takes the smaller of `delay` and `jitter-delay`, so both are set),
+/// with a pod label of the user's own.
 fn long_running() -> Value {
     json!({"manager": "e2e.example.com/test", "trainingRuntimeSpec": {"template": {"spec": {
         "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"metadata": {
             "labels": {FAIL_POD_LABEL: "true", "team-label": "kept"},
-            "annotations": {format!("{FAIL_POD_LABEL}/delay"): "600s"}}}}}}]}}}})
+            "annotations": {format!("{FAIL_POD_LABEL}/delay"): "600s",
+                format!("{FAIL_POD_LABEL}/jitter-delay"): "600s"}}}}}}]}}}})
 }
 
 struct Setup {
@@ -88,7 +98,11 @@ async fn setup() -> Option<Setup> {
                 stored["spec"]["runtimePatches"][1].get("time").is_none(),
                 "{stored}"
             );
-            let op = Operator::start(env, "kueue", &[]);
+            let op = Operator::start(
+                env,
+                "kueue",
+                &["--child-batch-ms", &CHILD_BATCH_MS.to_string()],
+            );
             op.wait_ready().await;
             (op, ns)
         })
@@ -155,7 +169,8 @@ async fn admit(client: &kube::Client, ns: &str, name: &str, flavor: &str) {
                 "metadata": {"creationTimestamp": null,
                     "labels": {"kueue.x-k8s.io/podset": "node", "flavor": flavor, FAIL_POD_LABEL: "true"},
                     "annotations": {"kueue.x-k8s.io/workload": format!("trainjob-{name}"),
-                        format!("{FAIL_POD_LABEL}/delay"): "600s"}},
+                        format!("{FAIL_POD_LABEL}/delay"): "600s",
+                        format!("{FAIL_POD_LABEL}/jitter-delay"): "600s"}},
                 "spec": {"nodeSelector": {"kueue-flavor": flavor},
                     "tolerations": [{"key": "kueue-flavor", "operator": "Equal", "value": flavor, "effect": "NoSchedule"}]}
             }}}
@@ -431,4 +446,79 @@ async fn num_proc_per_node_below_one_is_accepted_with_a_warning_as_upstream_does
         }
         never_blocked(s, &ns, name).await;
     }
+}
+
+/// Pods that are ready for about a second, far less than the window: kwok
+/// fails each one second after it runs, and its Job starts another after
+/// a back-off.
+fn ready_for_a_second() -> Value {
+    json!({"manager": "e2e.example.com/test", "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"metadata": {
+            "labels": {FAIL_POD_LABEL: "true"},
+            "annotations": {format!("{FAIL_POD_LABEL}/delay"): "1s",
+                format!("{FAIL_POD_LABEL}/jitter-delay"): "1s"}}}}}}]}}}})
+}
+
+/// `ready + succeeded` summed over a JobSet's `replicatedJobsStatus` or a
+/// TrainJob's `jobsStatus`, as Kueue sums them.
+fn ready_jobs(statuses: &Value) -> i64 {
+    statuses
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|j| j["ready"].as_i64().unwrap_or(0) + j["succeeded"].as_i64().unwrap_or(0))
+        .sum()
+}
+
+#[tokio::test]
+async fn pods_ready_shows_at_once_not_after_the_child_batch_window() {
+    let Some(s) = setup().await else {
+        return;
+    };
+    let s = &s;
+    let ns = s.env.create_namespace("kueue-ready").await.unwrap();
+    let tj = trainjob_object(
+        &ns,
+        "ready",
+        "torch-distributed",
+        json!({"trainer": {"numNodes": 2}, "runtimePatches": [ready_for_a_second(), kueue_empty_patch()]}),
+    );
+    apply(&s.client, &tj).await;
+    let js = jobset_when(s, &ns, "ready", "with all its jobs ready", |js| {
+        let replicas: i64 = js["spec"]["replicatedJobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|j| j["replicas"].as_i64().unwrap_or(1))
+            .sum();
+        replicas > 0 && ready_jobs(&js["status"]["replicatedJobsStatus"]) >= replicas
+    })
+    .await;
+    let ready_at = std::time::Instant::now();
+    let replicas: i64 = js["spec"]["replicatedJobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["replicas"].as_i64().unwrap_or(1))
+        .sum();
+    let tj = eventually("Kueue's PodsReady on the TrainJob", TIMEOUT, || async {
+        let tj = trainjob(&s.client, &ns, "ready").await?;
+        (ready_jobs(&tj["status"]["jobsStatus"]) >= replicas).then_some(tj)
+    })
+    .await;
+    let took = ready_at.elapsed();
+    // Polled every 200 ms (`jobset_when`): well below half the window even on
+    // a loaded machine. A status that waited for its window would never
+    // show these pods ready: they are not ready any more when it closes.
+    assert!(
+        took < Duration::from_millis(CHILD_BATCH_MS / 2),
+        "TrainJob showed its jobs ready {took:?} after its JobSet: {}\n{}",
+        tj["status"],
+        s.op.log_tail(30)
+    );
+    assert!(
+        !is_true(&tj, "Complete") && !is_true(&tj, "Failed"),
+        "{}",
+        tj["status"]
+    );
 }

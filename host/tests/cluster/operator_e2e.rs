@@ -806,6 +806,21 @@ async fn trainer_vars_set_by_the_user_are_accepted_and_win() {
     }
 }
 
+/// A namespaced TrainingRuntime of one `busybox` trainer node whose
+/// `mlPolicy` also has `policy` (e.g. `{"flux": {}}`).
+fn one_node_runtime(ns: &str, name: &str, policy: Value) -> Value {
+    let mut ml = json!({"numNodes": 1});
+    if let (Some(m), Value::Object(p)) = (ml.as_object_mut(), policy) {
+        m.extend(p);
+    }
+    json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"mlPolicy": ml, "template": {"spec": {"replicatedJobs": [{
+            "name": "node",
+            "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "busybox"}]}}}}}]}}}})
+}
+
 /// TrainJobs blocked by a runtime policy no plugin serves (here Flux, which
 /// has no plugin) back off, each on its own, instead of being polled: 50 of
 /// them cost fewer than 5 reconciles a second in all once the first minute
@@ -818,13 +833,11 @@ async fn blocked_trainjobs_back_off_instead_of_polling() {
         return;
     };
     let ns = env.create_namespace("e2e-blocked").await.unwrap();
-    let runtime = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
-        "metadata": {"name": "flux-unserved", "namespace": ns},
-        "spec": {"mlPolicy": {"numNodes": 1, "flux": {}}, "template": {"spec": {"replicatedJobs": [{
-            "name": "node",
-            "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "busybox"}]}}}}}]}}}});
-    apply(&client, &runtime).await;
+    apply(
+        &client,
+        &one_node_runtime(&ns, "flux-unserved", json!({"flux": {}})),
+    )
+    .await;
     const JOBS: usize = 50;
     for i in 0..JOBS {
         let mut tj = trainjob_object(&ns, &format!("blocked-{i}"), "flux-unserved", json!({}));
@@ -916,13 +929,11 @@ async fn a_plugin_swap_re_renders_every_unfinished_trainjob() {
                 "sha256": sha, "order": 50, "config": {"greeting": greeting}}})
     };
     apply(&client, &greeter("v1")).await;
-    let runtime = json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
-        "metadata": {"name": "greet", "namespace": ns},
-        "spec": {"mlPolicy": {"numNodes": 1, "minimal": {}}, "template": {"spec": {"replicatedJobs": [{
-            "name": "node",
-            "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "busybox"}]}}}}}]}}}});
-    apply(&client, &runtime).await;
+    apply(
+        &client,
+        &one_node_runtime(&ns, "greet", json!({"minimal": {}})),
+    )
+    .await;
     const JOBS: usize = 50;
     for i in 0..JOBS {
         let mut tj = trainjob_object(&ns, &format!("swap-{i}"), "greet", json!({"suspend": true}));

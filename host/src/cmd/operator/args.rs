@@ -42,7 +42,8 @@ pub struct OperatorArgs {
     pub concurrency: u16,
     /// Changes of a TrainJob's child objects (its JobSet's status, …)
     /// within this many milliseconds trigger one reconcile, so one status
-    /// write (0: one per change).
+    /// write (0: one per change); the change that makes a JobSet's jobs all
+    /// ready is passed on at once.
     #[arg(long, default_value_t = 1000)]
     pub child_batch_ms: u64,
     /// Watch TrainJobs of this namespace only.

@@ -9,14 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kube::runtime::reflector::ObjectRef;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 use trainforge_api::plugin::KindRef;
-use trainforge_api::trainer::v1alpha1::TrainJob;
 use trainforge_api::trainer::v1alpha1::constants::{
     CLUSTER_TRAINING_RUNTIME_KIND, GROUP, TRAINING_RUNTIME_KIND, VERSION,
 };
@@ -25,6 +23,7 @@ use super::{OperatorArgs, OperatorError};
 use crate::controller::catalog::PluginCatalog;
 use crate::controller::catalog::fetch::FetchOptions;
 use crate::controller::tenants::TenantPlugins;
+use crate::controller::trainjob::batch::ChildChange;
 use crate::controller::trainjob::serving::{self, NotServing};
 use crate::controller::trainjob::{self, Context, FixedPlugins, ObjectCache, Plugins, Settings};
 use crate::ops::health::{self, Readiness, ReadyFlag};
@@ -178,12 +177,12 @@ pub(super) struct ParkedTriggers {
     /// Cancelled when this replica leads.
     go: CancellationToken,
     /// The task dropping triggers; it hands the channel back.
-    drain: JoinHandle<UnboundedReceiver<ObjectRef<TrainJob>>>,
+    drain: JoinHandle<UnboundedReceiver<ChildChange>>,
 }
 
 impl ParkedTriggers {
     /// Stop dropping triggers; the channel, from now on.
-    async fn release(self) -> Result<UnboundedReceiver<ObjectRef<TrainJob>>, OperatorError> {
+    async fn release(self) -> Result<UnboundedReceiver<ChildChange>, OperatorError> {
         self.go.cancel();
         self.drain
             .await
@@ -206,8 +205,8 @@ pub(super) fn object_cache(op: &Operator) -> (Arc<ObjectCache>, ParkedTriggers) 
 /// the channel back.
 async fn drop_triggers(
     go: CancellationToken,
-    mut rx: UnboundedReceiver<ObjectRef<TrainJob>>,
-) -> UnboundedReceiver<ObjectRef<TrainJob>> {
+    mut rx: UnboundedReceiver<ChildChange>,
+) -> UnboundedReceiver<ChildChange> {
     loop {
         tokio::select! {
             _ = go.cancelled() => return rx,

@@ -171,7 +171,7 @@ fn reconciled_state(job: &TrainJob) -> Option<u64> {
 /// by `settings.child_batch` ([`batch`]).
 pub async fn run(
     ctx: Arc<Context>,
-    triggers: UnboundedReceiver<ObjectRef<TrainJob>>,
+    triggers: UnboundedReceiver<super::batch::ChildChange>,
     shutdown: CancellationToken,
 ) {
     let api: Api<TrainJob> = match &ctx.settings.namespace {

@@ -6,7 +6,8 @@
 //! - `host.get-object` for plugins ([`ObjectSource`]), straight from memory;
 //! - the live objects the apply step compares against (no-op resyncs);
 //! - triggers: an event on an object controlled by a TrainJob enqueues
-//!   that TrainJob.
+//!   that TrainJob, batched unless it made the TrainJob's JobSet all ready
+//!   ([`super::ready_edge`]).
 //!
 //! Cached objects keep their metadata parsed and their body and field sets
 //! as JSON text (parsed again by [`ObjectCache::live`]; readers of the
@@ -43,6 +44,9 @@ use tracing::{info, warn};
 use trainforge_api::plugin::KindRef;
 use trainforge_api::trainer::v1alpha1::TrainJob;
 use trainforge_api::trainer::v1alpha1::constants::{GROUP, TRAINJOB_KIND};
+
+use super::batch::ChildChange;
+use super::ready_edge::ReadyEdges;
 
 use crate::plugin::ObjectSource;
 
@@ -113,7 +117,7 @@ type Writes = Arc<Mutex<HashMap<WriteKey, (Arc<DynamicObject>, Instant)>>>;
 /// Reflectors for a changing set of kinds.
 pub struct ObjectCache {
     client: kube::Client,
-    trigger: UnboundedSender<ObjectRef<TrainJob>>,
+    trigger: UnboundedSender<ChildChange>,
     watched: Mutex<HashMap<KindRef, Arc<Watched>>>,
     writes: Writes,
 }
@@ -165,7 +169,7 @@ pub fn controller_trainjob(object: &DynamicObject) -> Option<ObjectRef<TrainJob>
 impl ObjectCache {
     /// An empty cache; events on watched objects controlled by a TrainJob
     /// are sent to `trigger`.
-    pub fn new(client: kube::Client, trigger: UnboundedSender<ObjectRef<TrainJob>>) -> Self {
+    pub fn new(client: kube::Client, trigger: UnboundedSender<ChildChange>) -> Self {
         ObjectCache {
             client,
             trigger,
@@ -263,8 +267,20 @@ impl ObjectCache {
         // managedFields are the bulk of an applied object's size: only our
         // own Apply entry is kept (the apply step compares against it). The
         // body is kept as text (see `compact`).
+        // JobSets' readiness is read before their bodies become text.
+        let edges = (kind.group() == "jobset.x-k8s.io" && kind.kind == "JobSet")
+            .then(|| Arc::new(Mutex::new(ReadyEdges::default())));
+        let observed = edges.clone();
         let events = watcher(api, watcher::Config::default())
             .default_backoff()
+            .map(move |event| {
+                if let (Some(edges), Ok(e)) = (&observed, &event)
+                    && let Ok(mut edges) = edges.lock()
+                {
+                    edges.observe(e);
+                }
+                event
+            })
             .modify(|o| {
                 if let Some(fields) = o.metadata.managed_fields.as_mut() {
                     fields.retain(super::apply::is_ours);
@@ -302,8 +318,12 @@ impl ObjectCache {
                                 }
                             }
                         }
-                        if !own_write && let Some(r) = controller_trainjob(&object) {
-                            let _ = trigger.send(r);
+                        let at_once = edges
+                            .as_ref()
+                            .and_then(|e| e.lock().ok())
+                            .is_some_and(|mut e| e.take(&object));
+                        if !own_write && let Some(trainjob) = controller_trainjob(&object) {
+                            let _ = trigger.send(ChildChange { trainjob, at_once });
                         }
                     }
                     Err(e) => warn!(kind = %label, error = %e, "watch error (retrying)"),
