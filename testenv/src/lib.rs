@@ -112,12 +112,28 @@ pub fn shared(mode: Mode) -> Result<Option<&'static TestEnv>, Error> {
         Mode::Api => &API,
         Mode::Full => &FULL,
     };
+    shared_in(slot, mode, &[])
+}
+
+/// Like [`shared`], for the process's one environment whose API server
+/// audits the requests of `users` ([`TestEnv::start_audited`]): started by
+/// the first call, whose `mode` and `users` it keeps.
+pub fn shared_audited(mode: Mode, users: &[&str]) -> Result<Option<&'static TestEnv>, Error> {
+    static AUDITED: Slot = OnceLock::new();
+    shared_in(&AUDITED, mode, users)
+}
+
+fn shared_in(
+    slot: &'static Slot,
+    mode: Mode,
+    users: &[&str],
+) -> Result<Option<&'static TestEnv>, Error> {
     let state = slot.get_or_init(|| {
         let paths = paths::Paths::from_env();
         match paths.check(mode) {
             Err(e @ Error::NotBuilt { .. }) if !required() => Shared::Skip(e.to_string()),
             Err(e) => Shared::Failed(e.to_string()),
-            Ok(()) => match TestEnv::start_with(mode, paths) {
+            Ok(()) => match TestEnv::start_audited_with(mode, paths, users) {
                 Ok(env) => Shared::Up(env),
                 Err(e) => Shared::Failed(e.to_string()),
             },

@@ -115,6 +115,21 @@ impl Proc {
         }
     }
 
+    /// Pause the process group (SIGSTOP), as a stalled node or VM would.
+    pub fn pause(&self) {
+        self.signal_group(Signal::SIGSTOP);
+    }
+
+    /// Let a paused process group run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal_group(Signal::SIGCONT);
+    }
+
+    /// The exit status, once the process has exited.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// SIGTERM the process group and wait up to `grace`: how long it took
     /// to exit, or `None` when it did not (then it is killed).
     pub fn terminate(&mut self, grace: Duration) -> Option<Duration> {

@@ -23,14 +23,23 @@
 //! `retry_period`, a standby builds a fresh manager (same identity) every
 //! period. A holder that gets `false` on the channel must stop writing (the
 //! operator exits, as controller-runtime does).
+//!
+//! Fencing ([`super::fence`]): every retry period the holder reads the Lease
+//! and opens its [`Fence`] until the Lease's expiry less one retry period;
+//! losing or releasing the Lease closes it. So a holder paused past its
+//! Lease writes nothing when it runs again, before it has even learnt that
+//! it lost ([`LeaderElection::fence`]).
 
 use std::time::{Duration, Instant};
 
-use kube::Client;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
 use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerError, LeaseParams};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+use super::fence::{self, Fence};
 
 /// Default Lease name.
 pub const DEFAULT_LEASE_NAME: &str = "trainforge-operator";
@@ -133,6 +142,7 @@ pub struct LeaderElection {
     stop: CancellationToken,
     task: Option<JoinHandle<Result<(), Error>>>,
     identity: String,
+    fence: Fence,
 }
 
 impl LeaderElection {
@@ -145,6 +155,7 @@ impl LeaderElection {
             stop: CancellationToken::new(),
             task: None,
             identity: "disabled".to_owned(),
+            fence: Fence::open(),
         }
     }
 
@@ -163,14 +174,30 @@ impl LeaderElection {
         let (tx, rx) = watch::channel(false);
         let stop = stop.child_token();
         let identity = opts.identity.clone();
-        let task = tokio::spawn(run(client, opts, duration, grace, first, tx, stop.clone()));
+        let fence = Fence::closed();
+        let task = tokio::spawn(run(
+            client,
+            opts,
+            (duration, grace),
+            first,
+            tx,
+            fence.clone(),
+            stop.clone(),
+        ));
         Ok(Self {
             rx,
             _tx: None,
             stop,
             task: Some(task),
             identity,
+            fence,
         })
+    }
+
+    /// The fence of this replica's writes: open while it surely holds the
+    /// Lease (always, when disabled); see [`super::fence`].
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
     }
 
     /// Our identity in the Lease.
@@ -252,10 +279,10 @@ fn lease_error(opts: &LeaderOptions, source: LeaseManagerError) -> Error {
 async fn run(
     client: Client,
     opts: LeaderOptions,
-    duration: u64,
-    grace: u64,
+    (duration, grace): (u64, u64),
     first: LeaseManager,
     tx: watch::Sender<bool>,
+    fence: Fence,
     stop: CancellationToken,
 ) -> Result<(), Error> {
     let mut manager = Some(first);
@@ -294,6 +321,7 @@ async fn run(
             }
         };
         tracing::info!("acquired leadership");
+        hold_fence(&client, &opts, &fence).await;
         let _ = tx.send(true);
 
         // ---- holder ----
@@ -301,6 +329,7 @@ async fn run(
         let reason = loop {
             tokio::select! {
                 _ = stop.cancelled() => {
+                    fence.close("this replica released the Lease");
                     let _ = tx.send(false);
                     let released = held.release().await;
                     return match released {
@@ -315,7 +344,10 @@ async fn run(
                 // without an error clears `failing_since` (a successful
                 // renewal does not return from `changed`).
                 r = tokio::time::timeout(opts.retry_period, held.changed()) => match r {
-                    Err(_) | Ok(Ok(true)) => failing_since = None,
+                    Err(_) | Ok(Ok(true)) => {
+                        failing_since = None;
+                        hold_fence(&client, &opts, &fence).await;
+                    }
                     Ok(Ok(false)) => break "lease taken by another holder",
                     Ok(Err(e)) => {
                         let since = *failing_since.get_or_insert_with(Instant::now);
@@ -328,9 +360,49 @@ async fn run(
                 },
             }
         };
+        fence.close("this replica lost the Lease");
         tracing::warn!(reason, "lost leadership");
         let _ = tx.send(false);
         drop(held);
+    }
+}
+
+/// Read the Lease and open `fence` until it expires less one retry period
+/// if this replica holds it; close it if another does. A failed read
+/// changes nothing (the fence closes when its time is up).
+async fn hold_fence(client: &Client, opts: &LeaderOptions, fence: &Fence) {
+    let api: Api<Lease> = Api::namespaced(client.clone(), &opts.namespace);
+    let read_at = std::time::Instant::now();
+    let now_wall = k8s_openapi::jiff::Timestamp::now();
+    let lease = match tokio::time::timeout(opts.retry_period, api.get(&opts.lease_name)).await {
+        Ok(Ok(lease)) => lease,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "reading the Lease for the write fence failed");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!("reading the Lease for the write fence timed out");
+            return;
+        }
+    };
+    let Some(spec) = lease.spec else {
+        fence.close("the Lease has no holder");
+        return;
+    };
+    if spec.holder_identity.as_deref() != Some(opts.identity.as_str()) {
+        fence.close("another replica holds the Lease");
+        return;
+    }
+    let duration = spec
+        .lease_duration_seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .map_or(opts.lease_duration, Duration::from_secs);
+    let until = spec.renew_time.and_then(|renewed| {
+        fence::held_until(read_at, now_wall, renewed.0, duration, opts.retry_period)
+    });
+    match until {
+        Some(until) => fence.open_until(until),
+        None => fence.close("this replica's Lease is about to expire"),
     }
 }
 

@@ -7,6 +7,7 @@
 //! - [`health`]: the axum server with `/healthz`, `/readyz` ([`Readiness`])
 //!   and `/metrics`.
 //! - [`leader`]: Lease-based leader election ([`LeaderElection`]).
+//! - [`fence`]: no write from a replica not sure to hold the Lease.
 //! - [`shutdown`]: a cancellation token fired by SIGTERM / Ctrl-C.
 //! - [`client`]: the API client, with a `User-Agent` naming the operator.
 //! - [`events`]: Kubernetes Events with aggregated repeats ([`events::Recorder`]).
@@ -44,6 +45,7 @@
 pub mod client;
 pub mod crypto;
 pub mod events;
+pub mod fence;
 pub mod health;
 pub mod leader;
 pub mod metrics;

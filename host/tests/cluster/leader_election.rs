@@ -4,7 +4,9 @@
 //! without releasing is replaced after the Lease expires; the operator
 //! process whose Lease is taken by another holder exits with a non-zero code
 //! (so that its pod restarts). Takeover times are printed (figures, not
-//! asserts beyond generous bounds).
+//! asserts beyond generous bounds). Fencing: a leader paused past its Lease
+//! writes nothing once it runs again, told by the API server's audit log of
+//! each replica's ServiceAccount.
 //!
 //! Skips (passes with a note on stderr) when the control plane is not built.
 
@@ -21,8 +23,18 @@ use tokio_util::sync::CancellationToken;
 use trainforge::ops::leader::{LeaderElection, LeaderOptions};
 use trainforge_testenv::{Mode, TestEnv};
 
+/// The namespace of the operator replicas' ServiceAccounts and Lease (fixed:
+/// the audit policy names their users before the control plane starts).
+const REPLICAS_NS: &str = "fencing";
+const REPLICAS: [&str; 2] = ["replica-a", "replica-b"];
+
+/// This module's control plane: its API server audits the requests of the
+/// two replicas' ServiceAccounts.
 fn env() -> Option<&'static TestEnv> {
-    trainforge_testenv::require!(Mode::Api)
+    let users = REPLICAS.map(|r| format!("system:serviceaccount:{REPLICAS_NS}:{r}"));
+    let users: Vec<&str> = users.iter().map(String::as_str).collect();
+    trainforge_testenv::shared_audited(Mode::Api, &users)
+        .unwrap_or_else(|e| panic!("trainforge-testenv: audited control plane unavailable: {e}"))
 }
 
 fn opts(ns: &str, lease: &str, who: &str, duration: u64, deadline: u64) -> LeaderOptions {
@@ -291,4 +303,252 @@ async fn operator_exits_non_zero_when_its_lease_is_taken() {
         Some("thief"),
         "the exiting operator did not clear the new holder's Lease"
     );
+}
+
+/// One request of the audit log, as far as fencing needs it.
+struct Audited {
+    user: String,
+    verb: String,
+    resource: String,
+    group: String,
+    code: i64,
+    at: k8s_openapi::jiff::Timestamp,
+}
+
+fn audit(env: &TestEnv) -> Vec<Audited> {
+    let path = env.audit_log().expect("the audit log");
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|e| Audited {
+            user: e["user"]["username"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            verb: e["verb"].as_str().unwrap_or_default().to_owned(),
+            resource: e["objectRef"]["resource"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            group: e["objectRef"]["apiGroup"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            code: e["responseStatus"]["code"].as_i64().unwrap_or(0),
+            at: e["requestReceivedTimestamp"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap(),
+        })
+        .collect()
+}
+
+/// `user`'s requests that change something.
+fn writes_of<'a>(log: &'a [Audited], user: &'a str) -> impl Iterator<Item = &'a Audited> + 'a {
+    log.iter().filter(move |e| e.user == user && e.writes())
+}
+
+impl Audited {
+    /// A request that changes something (not a read, not an access review).
+    fn writes(&self) -> bool {
+        matches!(
+            self.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        ) && !self.group.ends_with("authorization.k8s.io")
+            && !self.group.ends_with("authentication.k8s.io")
+    }
+}
+
+/// Fencing (issue 31): two operator replicas, each under its own
+/// ServiceAccount, so that the API server's audit log tells their writes
+/// apart. The leader is paused (SIGSTOP) in the middle of a burst of
+/// TrainJobs; the standby takes over once the Lease expires and builds the
+/// rest; then the old leader runs again, with reconciles in flight: from
+/// then on the API server receives no write from it but failed attempts on
+/// the Lease, and it exits with an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_writes_nothing_once_it_runs_again() {
+    use crate::operator_common::{
+        Operator, apply, apply_default_plugins, docs, root, trainjob_object,
+    };
+    let Some(env) = env() else { return };
+    let client = env.client().await.unwrap();
+    apply(
+        &client,
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": REPLICAS_NS}}),
+    )
+    .await;
+    let mut kubeconfigs = Vec::new();
+    for r in REPLICAS {
+        apply(
+            &client,
+            &json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": r, "namespace": REPLICAS_NS}}),
+        )
+        .await;
+        apply(
+            &client,
+            &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": format!("fencing-{r}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"kind": "ServiceAccount", "name": r, "namespace": REPLICAS_NS}]}),
+        )
+        .await;
+        let kc = env.dir().join(format!("{r}.kubeconfig"));
+        trainforge_testenv::kubeconfig::write_service_account(
+            env.kubeconfig(),
+            REPLICAS_NS,
+            r,
+            3600,
+            &kc,
+        )
+        .await
+        .unwrap();
+        kubeconfigs.push(kc);
+    }
+    apply_default_plugins(&client).await;
+    for d in docs(
+        &root().join("api/tests/fixtures/upstream/torch-distributed.yaml"),
+        None,
+    ) {
+        apply(&client, &d).await;
+    }
+    let elect = [
+        "--leader-elect",
+        "--lease-namespace",
+        REPLICAS_NS,
+        "--resync-seconds",
+        "30",
+    ];
+    let a = Operator::start_as(env, "replica-a", &elect, &kubeconfigs[0]);
+    a.wait_ready().await;
+    let start = Instant::now();
+    let a_identity = loop {
+        if let Some(h) = holder(&client, REPLICAS_NS, "trainforge-operator").await {
+            break h;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "a never led");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let b = Operator::start_as(env, "replica-b", &elect, &kubeconfigs[1]);
+    b.wait_ready().await;
+
+    // A burst of TrainJobs; the leader is paused as soon as it has built
+    // the first JobSet.
+    let ns = env.create_namespace("fencing-jobs").await.unwrap();
+    const JOBS: usize = 60;
+    futures::future::join_all((0..JOBS).map(|i| {
+        let tj = trainjob_object(
+            &ns,
+            &format!("burst-{i}"),
+            "torch-distributed",
+            json!({"suspend": true}),
+        );
+        let client = client.clone();
+        async move { apply(&client, &tj).await }
+    }))
+    .await;
+    let jobsets = |client: kube::Client, ns: String| async move {
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            client,
+            &ns,
+            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "jobset.x-k8s.io",
+                "v1alpha2",
+                "JobSet",
+            )),
+        );
+        api.list(&Default::default())
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(0)
+    };
+    let start = Instant::now();
+    while jobsets(client.clone(), ns.clone()).await == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no JobSet from a:\n{}",
+            a.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.pause();
+    let paused = k8s_openapi::jiff::Timestamp::now();
+    let built_by_a = jobsets(client.clone(), ns.clone()).await;
+
+    // b takes the Lease once it expires, and builds every other JobSet.
+    let start = Instant::now();
+    while holder(&client, REPLICAS_NS, "trainforge-operator")
+        .await
+        .as_deref()
+        == Some(a_identity.as_str())
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "b never took over:\n{}",
+            b.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let took_over = start.elapsed();
+    while jobsets(client.clone(), ns.clone()).await < JOBS {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "b did not build every JobSet:\n{}",
+            b.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // a runs again, with the reconciles it was paused in.
+    let resumed = k8s_openapi::jiff::Timestamp::now();
+    a.resume();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = a.exit_status() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "a still runs 60 s after it was resumed:\n{}",
+            a.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(!status.success(), "a exited {status}:\n{}", a.log_tail(30));
+    figure(&format!(
+        "paused leader: {built_by_a} of {JOBS} JobSets built before the pause, b led {took_over:?} after it, a exited {:?} after it ran again",
+        start.elapsed()
+    ));
+    let (a_user, b_user) = (
+        format!("system:serviceaccount:{REPLICAS_NS}:{}", REPLICAS[0]),
+        format!("system:serviceaccount:{REPLICAS_NS}:{}", REPLICAS[1]),
+    );
+    let log = audit(env);
+    assert!(
+        writes_of(&log, &a_user).any(|e| e.at < paused && e.resource == "jobsets"),
+        "the audit log has a's writes before the pause"
+    );
+    assert!(
+        writes_of(&log, &b_user).any(|e| e.at > paused && e.resource == "jobsets"),
+        "the audit log has b's writes after the takeover"
+    );
+    let after: Vec<String> = writes_of(&log, &a_user)
+        .filter(|e| e.at >= resumed && !(e.resource == "leases" && e.code >= 400))
+        .map(|e| format!("{} {}.{} → {}", e.verb, e.resource, e.group, e.code))
+        .collect();
+    assert!(
+        after.is_empty(),
+        "a wrote after it ran again: {after:?}\n{}",
+        a.log_tail(40)
+    );
+    assert!(
+        a.log_tail(400).contains("write refused"),
+        "a's reconciles in flight were refused:\n{}",
+        a.log_tail(40)
+    );
+    b.kill();
 }

@@ -223,6 +223,29 @@ impl Operator {
         });
     }
 
+    /// Pause the operator (SIGSTOP), as a stalled node would.
+    pub fn pause(&self) {
+        self.run(|p| {
+            if let Some(proc) = p.as_ref() {
+                proc.pause();
+            }
+        });
+    }
+
+    /// Let a paused operator run again (SIGCONT).
+    pub fn resume(&self) {
+        self.run(|p| {
+            if let Some(proc) = p.as_ref() {
+                proc.resume();
+            }
+        });
+    }
+
+    /// How the operator exited, once it has.
+    pub fn exit_status(&self) -> Option<std::process::ExitStatus> {
+        self.run(|p| p.as_mut().and_then(|proc| proc.exit_status()))
+    }
+
     /// SIGTERM the operator: how long it took to exit, `None` if it did not
     /// within `grace` (then it is killed).
     pub fn terminate(&self, grace: Duration) -> Option<Duration> {

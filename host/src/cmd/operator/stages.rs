@@ -282,8 +282,9 @@ pub(super) async fn plugins(
     }
     let fetch = fetch_options(&op.args)?;
     let catalog = Arc::new(PluginCatalog::new(runtime.clone(), objects.clone()));
+    // Statuses are written by the leader only, through its fence.
     let task = tokio::spawn(crate::controller::catalog::run_with(
-        op.client.clone(),
+        leader.fence().client(op.client.clone()),
         catalog.clone(),
         op.shutdown.clone(),
         crate::controller::catalog::Options {
@@ -307,7 +308,7 @@ pub(super) async fn plugins(
     }
     let tenants = Arc::new(TenantPlugins::new(usize::from(op.args.tenant_concurrency)));
     tokio::spawn(run_tenant_controller(
-        op.client.clone(),
+        leader.fence().client(op.client.clone()),
         catalog.clone(),
         tenants.clone(),
         op.shutdown.clone(),
@@ -491,9 +492,11 @@ pub(super) async fn controllers(
         namespace: args.namespace.clone(),
         child_batch: Duration::from_millis(args.child_batch_ms),
     };
+    // Every write of the controllers passes the fence: none once this
+    // replica cannot be sure it holds the Lease (`ops::fence`).
     let ctx = Arc::new(
         Context::new(
-            op.client.clone(),
+            leader.fence().client(op.client.clone()),
             loaded.served.plugins.clone(),
             objects,
             op.metrics.clone(),

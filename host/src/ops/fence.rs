@@ -1,0 +1,215 @@
+//! Fencing: a replica that cannot be sure it still holds the Lease writes
+//! nothing.
+//!
+//! Rule: the controllers' client ([`Fence::client`]) sends a request that
+//! changes anything (any method but `GET`/`HEAD`/`OPTIONS`, apart from the
+//! authorization and authentication reviews, which only ask) only while the
+//! fence is open, and the fence is open only until a time the election
+//! derives from the Lease it last read: at most the Lease's own expiry
+//! (`renewTime + leaseDurationSeconds`) less a margin, on the monotonic
+//! clock. A replica paused (SIGSTOP, a stalled VM) past that time finds the
+//! fence closed the moment it runs again, before its election task has
+//! noticed that another replica took the Lease; one that loses or releases
+//! the Lease closes it at once. A refused write fails with [`Fenced`]
+//! naming why, as a failed request would, and the reconcile is retried (by
+//! the next leader).
+//!
+//! Checked when the request is sent: a request already sent when the
+//! process was paused may still arrive late (Kubernetes has no write
+//! precondition on a Lease to close that gap).
+//!
+//! [`Fence::open`] is always open (no election: this replica leads alone).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::{Method, Request};
+use kube::client::Body;
+
+/// Why a write was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("write refused: {0}")]
+pub struct Fenced(String);
+
+#[derive(Debug)]
+enum State {
+    /// No election: always open.
+    Always,
+    /// Open until this instant (`None`: closed), and why it is closed.
+    Until(Option<Instant>, &'static str),
+}
+
+/// Whether this replica may write now (see the module rule). Clones share
+/// one state.
+#[derive(Debug, Clone)]
+pub struct Fence(Arc<Mutex<State>>);
+
+impl Fence {
+    /// Always open: this replica leads alone.
+    pub fn open() -> Self {
+        Fence(Arc::new(Mutex::new(State::Always)))
+    }
+
+    /// Closed until [`Fence::open_until`] (a replica that has not acquired
+    /// the Lease yet).
+    pub fn closed() -> Self {
+        Fence(Arc::new(Mutex::new(State::Until(
+            None,
+            "this replica has not acquired the Lease",
+        ))))
+    }
+
+    /// Open until `until` (the Lease read as held by this replica).
+    pub fn open_until(&self, until: Instant) {
+        if let Ok(mut s) = self.0.lock()
+            && let State::Until(u, _) = &mut *s
+        {
+            *u = Some(until);
+        }
+    }
+
+    /// Closed from now on, because of `why` (until opened again).
+    pub fn close(&self, why: &'static str) {
+        if let Ok(mut s) = self.0.lock()
+            && let State::Until(..) = *s
+        {
+            *s = State::Until(None, why);
+        }
+    }
+
+    /// `Ok` while open; else why not.
+    pub fn check(&self) -> Result<(), Fenced> {
+        let s = self
+            .0
+            .lock()
+            .map_err(|_| Fenced("the fence's state is poisoned".into()))?;
+        match &*s {
+            State::Always => Ok(()),
+            State::Until(Some(until), _) if Instant::now() < *until => Ok(()),
+            State::Until(Some(until), _) => Err(Fenced(format!(
+                "this replica's hold on the Lease ran out {:.1}s ago (not renewed in time, or the process was paused)",
+                until.elapsed().as_secs_f64()
+            ))),
+            State::Until(None, why) => Err(Fenced((*why).to_owned())),
+        }
+    }
+
+    /// `client`, with every request that changes something passed through
+    /// this fence (see the module rule).
+    pub fn client(&self, client: kube::Client) -> kube::Client {
+        let fence = self.clone();
+        let namespace = client.default_namespace().to_owned();
+        let service = tower::service_fn(move |req: Request<Body>| {
+            let (fence, client) = (fence.clone(), client.clone());
+            async move {
+                if changes_something(&req) {
+                    fence.check().map_err(|e| Box::new(e) as tower::BoxError)?;
+                }
+                client
+                    .send(req)
+                    .await
+                    .map_err(|e| Box::new(e) as tower::BoxError)
+            }
+        });
+        kube::Client::new(service, namespace)
+    }
+}
+
+/// Whether a request may change something: not a read, nor a review that
+/// only asks the API server (`SelfSubjectAccessReview`, `TokenReview`, …).
+fn changes_something<B>(req: &Request<B>) -> bool {
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+        return false;
+    }
+    let path = req.uri().path();
+    !(path.starts_with("/apis/authorization.k8s.io/")
+        || path.starts_with("/apis/authentication.k8s.io/"))
+}
+
+/// How long a Lease read at `read_at` (its request's start) stays ours:
+/// until its expiry (`renew_time + duration`, by this host's wall clock
+/// `now_wall` at the read) less `margin` for the clocks of other replicas;
+/// `None` if that is already past.
+pub fn held_until(
+    read_at: Instant,
+    now_wall: k8s_openapi::jiff::Timestamp,
+    renew_time: k8s_openapi::jiff::Timestamp,
+    duration: Duration,
+    margin: Duration,
+) -> Option<Instant> {
+    let expires = renew_time.checked_add(duration).ok()?;
+    let left = now_wall.duration_until(expires);
+    let left = Duration::try_from(left).ok()?.checked_sub(margin)?;
+    // Never longer than a Lease lasts, whatever the clocks say.
+    read_at.checked_add(left.min(duration))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn request(method: Method, path: &str) -> Request<()> {
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .body(())
+            .unwrap()
+    }
+
+    #[test]
+    fn only_requests_that_change_something_are_fenced() {
+        let p = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/a/trainjobs/x";
+        assert!(!changes_something(&request(Method::GET, p)));
+        assert!(!changes_something(&request(Method::HEAD, p)));
+        for m in [Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+            assert!(changes_something(&request(m, p)));
+        }
+        assert!(!changes_something(&request(
+            Method::POST,
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+        )));
+        assert!(!changes_something(&request(
+            Method::POST,
+            "/apis/authentication.k8s.io/v1/tokenreviews"
+        )));
+        assert!(changes_something(&request(
+            Method::POST,
+            "/api/v1/namespaces/a/events"
+        )));
+    }
+
+    #[test]
+    fn a_fence_is_open_only_until_its_time_and_until_closed() {
+        let f = Fence::closed();
+        assert!(f.check().unwrap_err().to_string().contains("not acquired"));
+        f.open_until(Instant::now() + Duration::from_secs(60));
+        assert!(f.check().is_ok());
+        let clone = f.clone();
+        clone.close("the Lease was lost");
+        assert!(f.check().unwrap_err().to_string().contains("lost"));
+        f.open_until(Instant::now() - Duration::from_millis(1));
+        assert!(f.check().unwrap_err().to_string().contains("ran out"));
+        let always = Fence::open();
+        always.close("ignored");
+        assert!(always.check().is_ok(), "no election: always open");
+    }
+
+    #[test]
+    fn a_lease_is_held_until_its_expiry_less_the_margin() {
+        let now = Instant::now();
+        let wall = k8s_openapi::jiff::Timestamp::now();
+        let d = Duration::from_secs(15);
+        let m = Duration::from_secs(2);
+        let renewed = wall.checked_sub(Duration::from_secs(5)).unwrap();
+        let until = held_until(now, wall, renewed, d, m).unwrap();
+        assert_eq!(until - now, Duration::from_secs(8));
+        // Renewed 14 s ago: only 1 s left, less than the margin.
+        let old = wall.checked_sub(Duration::from_secs(14)).unwrap();
+        assert_eq!(held_until(now, wall, old, d, m), None);
+        // A renewal "in the future" (a skewed clock) holds one Lease at most.
+        let ahead = wall.checked_add(Duration::from_secs(600)).unwrap();
+        assert_eq!(held_until(now, wall, ahead, d, m).unwrap() - now, d);
+    }
+}
