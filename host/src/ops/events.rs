@@ -277,6 +277,26 @@ impl Recorder {
         Ok(())
     }
 
+    /// Record an Event that must be written exactly once, under the name
+    /// `name` its caller derives from what happened (so that recording it
+    /// again, after a crash or by another replica, finds it written):
+    /// `true` when this call wrote it, `false` when it was there already.
+    /// Such an Event is never aggregated with repeats.
+    pub async fn record_once(&self, o: Occurrence<'_>, name: &str) -> Result<bool, EventError> {
+        let ns = o.regarding.namespace.as_deref().unwrap_or("default");
+        let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), ns);
+        let mut event = new_event(&self.reporter, &o, Timestamp::now());
+        event.metadata.name = Some(name.to_owned());
+        match api.create(&PostParams::default(), &event).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(source) => Err(EventError::Create {
+                name: name.to_owned(),
+                source,
+            }),
+        }
+    }
+
     /// Record one occurrence of an Event about any object (a
     /// `TrainerPlugin`); the note is cut to [`NOTE_LIMIT`] characters.
     pub async fn record_about(

@@ -11,7 +11,12 @@
 //!   the first word of the operator's `User-Agent` (`trainforge`);
 //! - once its runtime exists, the TrainJob's status (`PluginsReady=False`)
 //!   is written under field manager `trainer`
-//!   (subresource `status`), not `unknown`.
+//!   (subresource `status`), not `unknown`;
+//! - a transition's Event is written exactly once, before the status that
+//!   records it: while a ValidatingAdmissionPolicy refuses every status
+//!   write of a TrainJob (as a crash between the two would leave it), its
+//!   transitions' Events are there, once each, however often the reconcile
+//!   is retried, and still once each when the status is finally written.
 //!
 //! Skips (passes with a note on stderr) when the control plane is not built;
 //! `TRAINFORGE_TESTENV_REQUIRED=1` makes that a failure.
@@ -22,7 +27,7 @@ use std::time::Duration;
 use crate::operator_common::*;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::ListParams;
-use serde_json::json;
+use serde_json::{Value, json};
 use trainforge_testenv::Mode;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -159,4 +164,115 @@ async fn events_reach_the_sdk_and_writes_name_their_manager() {
         ours.pointer("/fieldsV1/f:status/f:conditions").is_some(),
         "{ours:#}"
     );
+
+    // Every status write of TrainJobs in this namespace is refused.
+    let policy = format!("freeze-{ns}");
+    apply(
+        &client,
+        &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": policy},
+            "spec": {"failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": ["trainer.kubeflow.org"],
+                    "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["trainjobs/status"]}]},
+                "validations": [{"expression": "false", "message": "status frozen by the test"}]}}),
+    )
+    .await;
+    apply(
+        &client,
+        &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": policy},
+            "spec": {"policyName": policy, "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}}}),
+    )
+    .await;
+    // The policy is in force once a status write of its own is refused.
+    let trainjobs = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        client.clone(),
+        &ns,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "trainer.kubeflow.org",
+            "v1alpha1",
+            "TrainJob",
+        )),
+    );
+    eventually("the policy in force", TIMEOUT, || async {
+        let refused = trainjobs
+            .patch_status(
+                "job",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"status": {"jobsStatus": []}})),
+            )
+            .await
+            .is_err();
+        refused.then_some(())
+    })
+    .await;
+    let transition_events = |name: &'static str| {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await.unwrap();
+            let mut seen: Vec<(String, i32)> = list
+                .items
+                .into_iter()
+                .filter(|e| e.involved_object.name.as_deref() == Some(name))
+                .map(|e| (e.reason.unwrap_or_default(), e.count.unwrap_or(0)))
+                .collect();
+            seen.sort();
+            seen
+        }
+    };
+    apply(
+        &client,
+        &trainjob_object(&ns, "frozen", "torch-distributed", json!({"suspend": true})),
+    )
+    .await;
+    let once = vec![
+        ("NoServingPlugins".to_owned(), 1),
+        ("Suspended".to_owned(), 1),
+    ];
+    eventually(
+        "the transitions' Events, status refused",
+        TIMEOUT,
+        || async { (transition_events("frozen").await == once).then_some(()) },
+    )
+    .await;
+    // The reconcile fails on the status and is retried; the Events stay one
+    // each, and the status is still not written.
+    let retried = |text: &str| metric(text, "trainforge_reconcile_errors_total", &[]);
+    let before = retried(&op.scrape().await);
+    eventually("three more failed reconciles", TIMEOUT, || async {
+        (retried(&op.scrape().await) >= before + 3.0).then_some(())
+    })
+    .await;
+    assert_eq!(transition_events("frozen").await, once);
+    let frozen = trainjob(&client, &ns, "frozen").await.unwrap();
+    assert!(frozen.get("status").is_none_or(Value::is_null), "{frozen}");
+    // Written at last: still one Event per transition.
+    delete(
+        &client,
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicyBinding",
+        None,
+        &policy,
+    )
+    .await;
+    eventually("the frozen TrainJob's status written", TIMEOUT, || async {
+        let tj = trainjob(&client, &ns, "frozen").await?;
+        is_true(&tj, "Suspended").then_some(())
+    })
+    .await;
+    assert_eq!(
+        transition_events("frozen").await,
+        once,
+        "{}",
+        op.log_tail(20)
+    );
+    delete(
+        &client,
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicy",
+        None,
+        &policy,
+    )
+    .await;
 }

@@ -425,6 +425,11 @@ pub struct Transition {
     pub reason: String,
     /// Its message.
     pub message: String,
+    /// The condition of that type it replaces (status, reason and
+    /// `lastTransitionTime`; empty when there was none): with the rest, what
+    /// tells this transition from any other of the same TrainJob, however
+    /// often it is computed before the new status is stored.
+    pub from: String,
 }
 
 /// Conditions whose status or reason changed from `old` to `new` (a
@@ -433,15 +438,19 @@ pub struct Transition {
 pub fn transitions(old: &TrainJobStatus, new: &TrainJobStatus) -> Vec<Transition> {
     conditions(new)
         .iter()
-        .filter(|c| {
-            find(old, &c.type_).is_none_or(|b| b.status != c.status || b.reason != c.reason)
-        })
         .filter_map(|c| {
+            let before = find(old, &c.type_);
+            if before.is_some_and(|b| b.status == c.status && b.reason == c.reason) {
+                return None;
+            }
             Some(Transition {
                 kind: c.type_.clone(),
                 status: ConditionStatus::of(c)?,
                 reason: c.reason.clone(),
                 message: c.message.clone(),
+                from: before
+                    .map(|b| format!("{}/{}/{}", b.status, b.reason, b.last_transition_time.0))
+                    .unwrap_or_default(),
             })
         })
         .collect()

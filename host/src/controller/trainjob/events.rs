@@ -60,6 +60,65 @@ pub async fn publish(
     }
 }
 
+/// The name of the Event for transition `t` of `job`:
+/// `<trainjob>.<digest>`, the digest of the TrainJob's uid and the
+/// transition (condition type, new status and reason, and the condition it
+/// replaces). A reconcile that computes the same transition again — the
+/// status write failed, or the process died before it — names the same
+/// Event, so each transition is announced once.
+pub fn transition_event_name(job: &TrainJob, t: &Transition) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [
+        job.metadata.uid.as_deref().unwrap_or_default(),
+        &t.kind,
+        t.status.as_str(),
+        &t.reason,
+        &t.from,
+    ] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    let digest = h.finalize();
+    format!(
+        "{}.{}",
+        job.metadata.name.as_deref().unwrap_or_default(),
+        hex::encode(&digest[..8])
+    )
+}
+
+/// Publish the Event of transition `t` exactly once (see
+/// [`transition_event_name`]); failures are logged, never fatal. Returns
+/// whether this call wrote it.
+pub async fn publish_transition(
+    ctx: &Context,
+    job: &TrainJob,
+    t: &Transition,
+    (event_type, reason, note): (EventType, String, String),
+) -> bool {
+    let regarding = job.object_ref(&());
+    let occurrence = Occurrence {
+        event_type,
+        reason: &reason,
+        action: ACTION_RECONCILING,
+        note,
+        regarding: &regarding,
+    };
+    let name = transition_event_name(job, t);
+    match ctx.recorder.record_once(occurrence, &name).await {
+        Ok(written) => {
+            if written {
+                ctx.metrics.api_write("create", "Event");
+            }
+            written
+        }
+        Err(e) => {
+            warn!(error = %e, %reason, "publishing Event failed");
+            false
+        }
+    }
+}
+
 /// The Event for a condition transition, if it is one users care about:
 /// `(type, reason, note)`.
 pub fn for_transition(t: &Transition) -> Option<(EventType, String, String)> {
@@ -144,6 +203,7 @@ mod tests {
             status,
             reason: reason.into(),
             message: String::new(),
+            from: String::new(),
         };
         assert_eq!(
             for_transition(&t("Failed", ConditionStatus::True, "DeadlineExceeded"))
@@ -169,12 +229,71 @@ mod tests {
     }
 
     #[test]
+    fn a_transition_names_its_event_the_same_until_its_status_is_stored() {
+        use super::super::conditions::transitions;
+        use trainforge_api::trainer::v1alpha1::TrainJobStatus;
+        let job: TrainJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "job", "namespace": "team", "uid": "u-1"},
+            "spec": {"runtimeRef": {"name": "torch"}}}))
+        .unwrap();
+        let status = |conds: serde_json::Value| -> TrainJobStatus {
+            serde_json::from_value(serde_json::json!({ "conditions": conds })).unwrap()
+        };
+        let cond = |t: &str, s: &str, r: &str, at: &str| {
+            serde_json::json!({"type": t, "status": s, "reason": r, "message": "",
+                "lastTransitionTime": at})
+        };
+        let running = status(serde_json::json!([cond(
+            "Suspended",
+            "False",
+            "Resumed",
+            "2026-01-01T00:00:00Z"
+        )]));
+        let suspended = status(serde_json::json!([cond(
+            "Suspended",
+            "True",
+            "Suspended",
+            "2026-01-01T00:05:00Z"
+        )]));
+        // The same transition, computed again (a retry, another replica, a
+        // restart before the status was stored): the same name.
+        let first = transitions(&running, &suspended);
+        let again = transitions(&running, &suspended);
+        assert_eq!(first.len(), 1);
+        let name = transition_event_name(&job, &first[0]);
+        assert_eq!(name, transition_event_name(&job, &again[0]));
+        assert!(
+            name.starts_with("job.") && name.len() == "job.".len() + 16,
+            "{name}"
+        );
+        // Suspended again later, from another resumed state: another Event.
+        let resumed_later = status(serde_json::json!([cond(
+            "Suspended",
+            "False",
+            "Resumed",
+            "2026-01-01T00:09:00Z"
+        )]));
+        let later = transitions(&resumed_later, &suspended);
+        assert_ne!(name, transition_event_name(&job, &later[0]));
+        // Another TrainJob of that name (another uid): another Event.
+        let mut other = job.clone();
+        other.metadata.uid = Some("u-2".into());
+        assert_ne!(name, transition_event_name(&other, &first[0]));
+        // A first condition of a type replaces nothing.
+        let fresh = transitions(&TrainJobStatus::default(), &suspended);
+        assert_eq!(fresh[0].from, "");
+        assert_ne!(name, transition_event_name(&job, &fresh[0]));
+    }
+
+    #[test]
     fn no_serving_plugins_is_a_warning_naming_them() {
         let mut tr = Transition {
             kind: CONDITION_PLUGINS_READY.into(),
             status: ConditionStatus::False,
             reason: "NoServingPlugins".into(),
             message: "no plugin in service builds JobSets; ClusterTrainerPlugins not serving: jobset (DigestMismatch: x)".into(),
+            from: String::new(),
         };
         let (event_type, reason, note) = for_transition(&tr).unwrap();
         assert_eq!(event_type, EventType::Warning);

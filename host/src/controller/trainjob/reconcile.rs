@@ -854,22 +854,27 @@ impl Reconcile<'_> {
         })
     }
 
-    /// Step 4's write ([`Self::write_status`]: only when the status
-    /// changed), then, once written, what it tells: an Event per condition
-    /// transition, the `RuntimePatchesIgnored` Warning once per distinct
-    /// edit, and, while the patches agree, that the edit reported is over.
-    /// A failed write is kept, and nothing is told.
+    /// Step 4: an Event per condition transition, each exactly once
+    /// ([`events::publish_transition`]: named by the transition, so written
+    /// before the status and found written when a crash or a failed write
+    /// makes the next reconcile compute it again); then the write
+    /// ([`Self::write_status`]: only when the status changed) and, once
+    /// written, the `RuntimePatchesIgnored` Warning once per distinct edit
+    /// and, while the patches agree, that the edit reported is over. A
+    /// failed write is kept.
     async fn write_and_announce(&mut self, seen: &Seen, status: &TrainJobStatus) {
         let transitions = conditions::transitions(&seen.old, status);
         let patches_event = patches_ignored_news(&seen.old, status);
+        for t in &transitions {
+            if let Some(event) = events::for_transition(t)
+                && events::publish_transition(self.ctx, self.job, t, event).await
+            {
+                self.writes += 1;
+            }
+        }
         if let Err(e) = self.write_status(&seen.old, status).await {
             self.fail(e);
             return;
-        }
-        for t in &transitions {
-            if let Some((event_type, reason, note)) = events::for_transition(t) {
-                self.publish(event_type, &reason, note).await;
-            }
         }
         if let Some(note) =
             patches_event.filter(|_| self.ctx.report_patches_once(self.job, &seen.patches_hash))
