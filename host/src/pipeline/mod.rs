@@ -15,9 +15,11 @@
 //! order). [`input`] reads TrainJobs and runtimes from documents as the API
 //! server would store them (`trainforge render`, `plugin run`, admission's
 //! plugin try-outs); [`sample`] makes synthetic ones (`plugin bench`, the
-//! benchmarks).
+//! benchmarks). [`pod_checks`] refuses, before any plugin runs, what the API
+//! server would refuse in the TrainJob's pods.
 
 pub mod input;
+pub mod pod_checks;
 pub mod run;
 pub mod sample;
 

@@ -373,6 +373,27 @@ fn validate_with(
             },
         })
         .collect();
+    // What the API server would refuse in the pods (a field error each),
+    // before any plugin runs: a node count no plugin can lay out within its
+    // memory is refused here, naming the field.
+    let spec = serde_json::to_value(&job.spec).map_err(|e| PipelineError::Serialize {
+        what: "TrainJob spec",
+        reason: e.to_string(),
+    })?;
+    let runtime_nodes = runtime
+        .spec()
+        .ml_policy
+        .as_ref()
+        .and_then(|m| m.num_nodes)
+        .map(i64::from);
+    let pod_problems = super::pod_checks::problems(&spec, runtime_nodes);
+    if !pod_problems.is_empty() {
+        problems.extend(pod_problems.into_iter().map(|error| Problem {
+            source: "trainforge".into(),
+            error,
+        }));
+        return Err(PipelineError::Invalid { problems, warnings });
+    }
     let old = old.map(|o| as_moved(o, job));
     let input = ValidateInput {
         trainjob: to_json_string(job, "TrainJob")?,

@@ -194,6 +194,57 @@ async fn trainjob_create_cases() {
             },
             Want::Refused(403, &["unsupported runtime"]),
         ),
+        // What the API server would refuse only in the pods is refused
+        // here, naming the field, before any plugin runs.
+        (
+            "numNodes a billion",
+            tj_ns(&ns, "p1", json!({"trainer": {"numNodes": 1_000_000_000}})),
+            Want::Refused(403, &["spec.trainer.numNodes", "must be at most 100000"]),
+        ),
+        (
+            "an env name that is not printable ASCII",
+            tj_ns(
+                &ns,
+                "p2",
+                json!({"trainer": {"env": [{"name": "GRÖSSE", "value": "1"}]}}),
+            ),
+            Want::Refused(403, &["spec.trainer.env[0].name", "printable ASCII"]),
+        ),
+        (
+            "a negative cpu request",
+            tj_ns(
+                &ns,
+                "p3",
+                json!({"trainer": {"resourcesPerNode": {"requests": {"cpu": "-1"}}}}),
+            ),
+            Want::Refused(
+                403,
+                &[
+                    "spec.trainer.resourcesPerNode.requests[cpu]",
+                    "greater than or equal to 0",
+                ],
+            ),
+        ),
+        (
+            "half a GPU",
+            tj_ns(
+                &ns,
+                "p4",
+                json!({"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "0.5"}}}}),
+            ),
+            Want::Refused(
+                403,
+                &[
+                    "spec.trainer.resourcesPerNode.limits[nvidia.com/gpu]",
+                    "must be an integer",
+                ],
+            ),
+        ),
+        (
+            "a 300-character pod label",
+            tj_ns(&ns, "p5", json!({"labels": {"team": long(300)}})),
+            Want::Refused(403, &["labels[team]", "at most 63 characters"]),
+        ),
         (
             "numNodes -1",
             tj_ns(&ns, "c1", json!({"trainer": {"numNodes": -1}})),
