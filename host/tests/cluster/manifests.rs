@@ -1072,6 +1072,8 @@ const NEEDED: &[Perm] = &[
     ("patch", "", "secrets", "", Some("team-a")),
     ("create", "events.k8s.io", "events", "", Some("team-a")),
     ("patch", "", "events", "", Some("team-a")),
+    // The Jobs' FailedCreate Events, surfaced on their TrainJobs.
+    ("watch", "", "events", "", None),
     (
         "create",
         "coordination.k8s.io",

@@ -1001,3 +1001,85 @@ async fn a_plugin_swap_re_renders_every_unfinished_trainjob() {
     )
     .await;
 }
+
+/// Pods the API server refuses (here a ValidatingAdmissionPolicy; the same
+/// holds for a quota, a pod security level, a LimitRange or a webhook)
+/// surface on their TrainJob: `Blocked=True/PodCreationFailed` with the API
+/// server's message, shown in STATE, and a Warning Event. Once the policy
+/// is gone and the Job controller's retry creates the pods, `Blocked` goes.
+#[tokio::test]
+async fn pods_that_cannot_be_created_surface_on_the_trainjob() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-refused").await.unwrap();
+    let policy = format!("no-pods-{ns}");
+    let vap = "admissionregistration.k8s.io/v1";
+    apply(
+        &client,
+        &json!({"apiVersion": vap, "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": policy},
+            "spec": {"failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["pods"]}]},
+                "validations": [{"expression": "false", "message": "no pods in this namespace"}]}}),
+    )
+    .await;
+    apply(
+        &client,
+        &json!({"apiVersion": vap, "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": policy},
+            "spec": {"policyName": policy, "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}}}),
+    )
+    .await;
+    apply(
+        &client,
+        &trainjob_object(
+            &ns,
+            "refused",
+            "torch-distributed",
+            json!({"runtimePatches": long_running()}),
+        ),
+    )
+    .await;
+    let blocked = eventually("Blocked=True/PodCreationFailed", TIMEOUT, || async {
+        let tj = trainjob(&client, &ns, "refused").await?;
+        condition(&tj, "Blocked")
+            .filter(|c| c["status"] == "True" && c["reason"] == "PodCreationFailed")
+            .cloned()
+    })
+    .await;
+    let message = blocked["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("refused-node-0") && message.contains("no pods in this namespace"),
+        "{blocked}\n{}",
+        op.log_tail(30)
+    );
+    eventually("a PodCreationFailed Warning Event", TIMEOUT, || async {
+        warnings(&client, &ns, "refused")
+            .await
+            .into_iter()
+            .find(|w| w.contains("no pods in this namespace"))
+    })
+    .await;
+    // The policy lifted: the Job controller's next try creates the pods.
+    delete(
+        &client,
+        vap,
+        "ValidatingAdmissionPolicyBinding",
+        None,
+        &policy,
+    )
+    .await;
+    delete(&client, vap, "ValidatingAdmissionPolicy", None, &policy).await;
+    eventually(
+        "Blocked gone once the pods run",
+        Duration::from_secs(300),
+        || async {
+            let tj = trainjob(&client, &ns, "refused").await?;
+            condition(&tj, "Blocked").is_none().then_some(())
+        },
+    )
+    .await;
+}

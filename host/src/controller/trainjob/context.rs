@@ -140,6 +140,8 @@ pub struct Context {
     /// reported by an Event: a reconcile that reads a status older than
     /// its own last write does not report the same edit twice.
     patches_reported: Mutex<HashMap<ObjectRef<TrainJob>, String>>,
+    /// Pods that cannot be created, per TrainJob ([`super::pod_failures`]).
+    pub pod_failures: Arc<super::pod_failures::PodFailures>,
     /// Tenant plugins (`None`: no `TrainerPlugin` is served).
     pub tenants: Option<Arc<crate::controller::tenants::TenantPlugins>>,
     /// Tunables.
@@ -175,6 +177,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashSet::new()),
             patches_reported: Mutex::new(HashMap::new()),
+            pod_failures: Arc::default(),
             tenants: None,
             settings,
         }
@@ -269,6 +272,7 @@ impl Context {
             m.retain(|r, _| trainjob_exists(r));
         }
         self.renders.retain(&trainjob_exists);
+        self.pod_failures.retain(&trainjob_exists);
         self.objects.prune_writes();
         let remembered = self.memo.len();
         self.metrics.set_remembered(remembered);

@@ -193,9 +193,27 @@ pub async fn run(
             shutdown.clone(),
         ))
     });
+    // Pods that cannot be created wake their TrainJob at once.
+    let (pods_tx, pods_rx) = tokio::sync::mpsc::unbounded_channel();
+    let objects = ctx.objects.clone();
+    let pod_watch = tokio::spawn(super::pod_failures::watch(
+        ctx.client.clone(),
+        ctx.settings.namespace.clone(),
+        ctx.pod_failures.clone(),
+        move |ns, name| {
+            let jobset = objects.live(&super::reconcile::jobset_kind(), ns, name)?;
+            super::objects::controller_trainjob(&jobset)?;
+            Some(super::pod_failures::replicated_job_names(&jobset.data))
+        },
+        pods_tx,
+        shutdown.clone(),
+    ));
     let triggers = futures::stream::select(
-        batch::batched(triggers, ctx.settings.child_batch),
-        receive(wake_rx),
+        futures::stream::select(
+            batch::batched(triggers, ctx.settings.child_batch),
+            receive(wake_rx),
+        ),
+        receive(pods_rx),
     );
     let config = ControllerConfig::default().concurrency(ctx.settings.concurrency);
     info!(
@@ -223,6 +241,7 @@ pub async fn run(
         .for_each(|_| futures::future::ready(()))
         .await;
     pruner.abort();
+    pod_watch.abort();
     if let Some(w) = waker {
         w.abort();
     }

@@ -95,6 +95,9 @@ pub struct Input<'a> {
     pub resync: Duration,
     /// The status plugin's view was not available yet.
     pub retry_soon: bool,
+    /// Why the pods of its running JobSet cannot be created
+    /// ([`super::pod_failures`]), while that stands.
+    pub pod_failure: Option<&'a str>,
 }
 
 /// What the reconcile does besides writing the status.
@@ -158,7 +161,13 @@ pub fn decide(input: Input<'_>) -> (TrainJobStatus, Decision) {
                 conditions::set_blocked(&mut status, Some((reason, message)), now);
             }
             Some(Stuck::Transient) => {}
-            Some(Stuck::Blocked(..)) | None => conditions::set_blocked(&mut status, None, now),
+            Some(Stuck::Blocked(..)) | None => conditions::set_blocked(
+                &mut status,
+                input
+                    .pod_failure
+                    .map(|m| (super::pod_failures::REASON_POD_CREATION_FAILED, m)),
+                now,
+            ),
         }
         conditions::set_runtime_patches_ignored(&mut status, input.patches_ignored, now);
     }
@@ -510,6 +519,7 @@ mod tests {
                 active_deadline_seconds: row.active_deadline_seconds,
                 resync: RESYNC,
                 retry_soon: row.retry_soon,
+                pod_failure: None,
             });
             let mut got: Vec<(&str, &str, &str)> = conditions::conditions(&new)
                 .iter()
@@ -551,6 +561,7 @@ mod tests {
             active_deadline_seconds: Some(1),
             resync: RESYNC,
             retry_soon: false,
+            pod_failure: None,
         });
         let c = conditions::find(&new, CONDITION_BLOCKED).unwrap();
         assert_eq!(

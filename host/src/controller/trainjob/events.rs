@@ -150,6 +150,15 @@ pub fn for_transition(t: &Transition) -> Option<(EventType, String, String)> {
             t.reason.clone(),
             note("TrainJob failed"),
         )),
+        ("Blocked", ConditionStatus::True)
+            if t.reason == super::pod_failures::REASON_POD_CREATION_FAILED =>
+        {
+            Some((
+                EventType::Warning,
+                t.reason.clone(),
+                note("the TrainJob's pods cannot be created"),
+            ))
+        }
         (CONDITION_PLUGINS_READY, ConditionStatus::False) => Some((
             EventType::Warning,
             t.reason.clone(),

@@ -36,6 +36,7 @@ pub mod decide;
 pub mod events;
 pub mod legacy;
 pub mod objects;
+pub mod pod_failures;
 pub mod ready_edge;
 pub mod reconcile;
 pub mod render_memo;

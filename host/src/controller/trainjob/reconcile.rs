@@ -322,7 +322,7 @@ fn kind_of(object: &Value) -> KindRef {
     KindRef::new(s("apiVersion"), s("kind"))
 }
 
-fn jobset_kind() -> KindRef {
+pub(super) fn jobset_kind() -> KindRef {
     KindRef::new("jobset.x-k8s.io/v1alpha2", "JobSet")
 }
 
@@ -836,6 +836,7 @@ impl Reconcile<'_> {
             .diverged
             .as_deref()
             .map(|recorded| patches_ignored_message(recorded, &seen.patches_hash));
+        let pod_failure = self.pod_failure(seen);
         decide::decide(decide::Input {
             old: &seen.old,
             viewed: viewed.status,
@@ -851,7 +852,22 @@ impl Reconcile<'_> {
             active_deadline_seconds: self.job.spec.active_deadline_seconds,
             resync: self.ctx.settings.resync,
             retry_soon: viewed.retry_soon,
+            pod_failure: pod_failure.as_deref(),
         })
+    }
+
+    /// Why the pods of this job's running JobSet cannot be created, while
+    /// that stands ([`super::pod_failures`]): not once its jobs are all
+    /// ready (the failure is forgotten then), nor while the job is finished
+    /// or suspended.
+    fn pod_failure(&self, seen: &Seen) -> Option<String> {
+        let key = kube::runtime::reflector::ObjectRef::from_obj(self.job);
+        let jobset = seen.jobset.as_ref()?;
+        if seen.finished || seen.suspended || super::ready_edge::all_ready(jobset) {
+            self.ctx.pod_failures.forget(&key);
+            return None;
+        }
+        self.ctx.pod_failures.current(&key)
     }
 
     /// Step 4: an Event per condition transition, each exactly once
