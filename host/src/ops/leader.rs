@@ -30,6 +30,8 @@
 //! Lease writes nothing when it runs again, before it has even learnt that
 //! it lost ([`LeaderElection::fence`]).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -143,6 +145,8 @@ pub struct LeaderElection {
     task: Option<JoinHandle<Result<(), Error>>>,
     identity: String,
     fence: Fence,
+    /// How often this replica lost the Lease after holding it.
+    losses: Arc<AtomicU64>,
 }
 
 impl LeaderElection {
@@ -156,6 +160,7 @@ impl LeaderElection {
             task: None,
             identity: "disabled".to_owned(),
             fence: Fence::open(),
+            losses: Arc::default(),
         }
     }
 
@@ -175,13 +180,14 @@ impl LeaderElection {
         let stop = stop.child_token();
         let identity = opts.identity.clone();
         let fence = Fence::closed();
+        let losses = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn(run(
             client,
             opts,
             (duration, grace),
             first,
             tx,
-            fence.clone(),
+            (fence.clone(), losses.clone()),
             stop.clone(),
         ));
         Ok(Self {
@@ -191,7 +197,15 @@ impl LeaderElection {
             task: Some(task),
             identity,
             fence,
+            losses,
         })
+    }
+
+    /// Whether this replica has lost the Lease since it first held it (a
+    /// replica that lost it must not lead again: it exits, as one that loses
+    /// it while leading does).
+    pub fn has_lost(&self) -> bool {
+        self.losses.load(Ordering::SeqCst) > 0
     }
 
     /// The fence of this replica's writes: open while it surely holds the
@@ -282,7 +296,7 @@ async fn run(
     (duration, grace): (u64, u64),
     first: LeaseManager,
     tx: watch::Sender<bool>,
-    fence: Fence,
+    (fence, losses): (Fence, Arc<AtomicU64>),
     stop: CancellationToken,
 ) -> Result<(), Error> {
     let mut manager = Some(first);
@@ -361,6 +375,7 @@ async fn run(
             }
         };
         fence.close("this replica lost the Lease");
+        losses.fetch_add(1, Ordering::SeqCst);
         tracing::warn!(reason, "lost leadership");
         let _ = tx.send(false);
         drop(held);

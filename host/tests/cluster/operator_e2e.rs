@@ -1033,6 +1033,24 @@ async fn pods_that_cannot_be_created_surface_on_the_trainjob() {
                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}}}),
     )
     .await;
+    // The policy is in force once a pod of the namespace is refused (the
+    // API server loads policies asynchronously).
+    let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &ns);
+    let probe: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "probe"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+    .unwrap();
+    eventually("the policy in force", TIMEOUT, || async {
+        let dry = kube::api::PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        match pods.create(&dry, &probe).await {
+            Err(kube::Error::Api(e)) if e.message.contains("no pods in this namespace") => Some(()),
+            _ => None,
+        }
+    })
+    .await;
     apply(
         &client,
         &trainjob_object(

@@ -469,9 +469,20 @@ pub(super) async fn controllers(
     objects: Arc<ObjectCache>,
 ) -> Result<Option<LeaseLost>, OperatorError> {
     info!(identity = %leader.identity(), "waiting for leadership");
+    let mut leading = leader.subscribe();
     tokio::select! {
         _ = op.shutdown.cancelled() => return Ok(None),
-        acquired = leader.acquired() => if !acquired { return Ok(None) },
+        // Held, or lost (again) before the controllers started.
+        changed = leading.wait_for(|held| *held || leader.has_lost()) => if changed.is_err() {
+            return Ok(None);
+        },
+    }
+    // The Lease was held, then lost while the plugins or watches were
+    // still loading: as when it is lost while leading, exit (the pod
+    // restarts as a standby), never lead again from this process.
+    if leader.has_lost() {
+        error!("lost the Lease before the controllers started: exiting with an error");
+        return Err(OperatorError::LeaseLost);
     }
     info!("leading");
     // Stop the controllers when the process stops or the Lease is lost.
