@@ -537,7 +537,10 @@ async fn a_paused_leader_writes_nothing_once_it_runs_again() {
         "the audit log has b's writes after the takeover"
     );
     let after: Vec<String> = writes_of(&log, &a_user)
-        .filter(|e| e.at >= resumed && !(e.resource == "leases" && e.code >= 400))
+        // A request whose bytes were on the wire when the process was
+        // paused can still arrive after it resumed (the documented gap);
+        // refused, it changed nothing. Any write that succeeded is a fault.
+        .filter(|e| e.at >= resumed && e.code < 400)
         .map(|e| format!("{} {}.{} → {}", e.verb, e.resource, e.group, e.code))
         .collect();
     assert!(
