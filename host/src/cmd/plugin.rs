@@ -56,8 +56,8 @@ pub enum PluginCommand {
         /// `random`, `clock`, `privileged`, `hostNamespaces`, `hostPorts`,
         /// `hostPath=<prefix>`, `capability=<CAP>`, `serviceAccount=<name>`,
         /// `image=<prefix>`, `schedulerName=<name>`, `priorityClass=<name>`,
-        /// `nodePlacement=<key>`, `secret=<name>`, `serviceAccountTokens`,
-        /// `dns`, `container=<name>`.
+        /// `nodePlacement=<key>`, `secret=<name>`, `configMap=<name>`, `serviceAccountTokens`,
+        /// `dns`, `resources`, `container=<name>`.
         #[arg(long = "grant")]
         grants: Vec<String>,
         /// A kind the administrator allows the plugin to emit, as
@@ -415,7 +415,7 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
             let (g, unknown) = Grants::from_names(grants.iter().map(String::as_str));
             if !unknown.is_empty() {
                 return Err(Error::Usage(format!(
-                    "unknown grants {unknown:?}: use random, clock, privileged, hostNamespaces, hostPorts, hostPath=<prefix>, capability=<CAP>, serviceAccount=<name>, image=<prefix>, schedulerName=<name>, priorityClass=<name>, nodePlacement=<key>, secret=<name>, serviceAccountTokens, dns or container=<name>"
+                    "unknown grants {unknown:?}: use random, clock, privileged, hostNamespaces, hostPorts, hostPath=<prefix>, capability=<CAP>, serviceAccount=<name>, image=<prefix>, schedulerName=<name>, priorityClass=<name>, nodePlacement=<key>, secret=<name>, configMap=<name>, serviceAccountTokens, dns, resources or container=<name>"
                 )));
             }
             src.grants = g;

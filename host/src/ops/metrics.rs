@@ -15,6 +15,8 @@
 //! | `trainforge_noop_resyncs_total` | – | reconciles that wrote nothing |
 //! | `trainforge_renders_reused_total` | – | reconciles that reused the TrainJob's last render (no plugin reconcile phase or build called) |
 //! | `trainforge_plugin_swap_trainjobs_total` | – | unfinished TrainJobs queued for a re-render by a change of the plugin set in service |
+//! | `trainforge_plugin_swap_rerendered_trainjobs_total` | – | of those, TrainJobs rendered again with the new set |
+//! | `trainforge_plugin_swap_remaining_trainjobs` | – | TrainJobs the latest change of the plugin set has still to re-render (gauge) |
 //! | `trainforge_trainjob_create_to_jobset_ready_seconds` | – | TrainJob creation → JobSet ready (histogram) |
 //! | `trainforge_plugin_calls_total` | `plugin`, `phase` | plugin calls |
 //! | `trainforge_plugin_call_duration_seconds` | `plugin`, `phase` | plugin call latency, 1 µs – 4 s buckets |
@@ -158,6 +160,8 @@ pub struct Metrics {
     noop_resyncs: Counter,
     renders_reused: Counter,
     swap_trainjobs: Counter,
+    swap_rerendered: Counter,
+    swap_remaining: Gauge,
     jobset_ready: Histogram,
     plugin_calls: Family<PluginPhaseLabels, Counter>,
     plugin_call_duration: HistogramFamily<PluginPhaseLabels>,
@@ -231,6 +235,18 @@ impl Metrics {
             "trainforge_plugin_swap_trainjobs",
             "Unfinished TrainJobs queued for a re-render by a change of the plugin set in service",
             swap_trainjobs.clone(),
+        );
+        let swap_rerendered = Counter::default();
+        registry.register(
+            "trainforge_plugin_swap_rerendered_trainjobs",
+            "TrainJobs a change of the plugin set queued that were rendered again with the new set",
+            swap_rerendered.clone(),
+        );
+        let swap_remaining = Gauge::default();
+        registry.register(
+            "trainforge_plugin_swap_remaining_trainjobs",
+            "TrainJobs the latest change of the plugin set in service has still to re-render",
+            swap_remaining.clone(),
         );
         let jobset_ready = Histogram::new(exponential_buckets(0.05, 2.0, 14));
         registry.register(
@@ -328,6 +344,8 @@ impl Metrics {
             noop_resyncs,
             renders_reused,
             swap_trainjobs,
+            swap_rerendered,
+            swap_remaining,
             jobset_ready,
             plugin_calls,
             plugin_call_duration,
@@ -397,6 +415,18 @@ impl Metrics {
     /// Count TrainJobs a change of the plugin set queued for a re-render.
     pub fn swap_trainjobs(&self, n: usize) {
         self.swap_trainjobs.inc_by(n as u64);
+    }
+
+    /// Count a TrainJob rendered again after a change of the plugin set.
+    pub fn swap_rerendered(&self) {
+        self.swap_rerendered.inc();
+    }
+
+    /// Set the TrainJobs the latest change of the plugin set has still to
+    /// re-render.
+    pub fn swap_remaining(&self, n: usize) {
+        self.swap_remaining
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Observe the time from a TrainJob's creation to its JobSet being ready.
@@ -572,6 +602,8 @@ mod tests {
             "trainforge_noop_resyncs_total",
             "trainforge_renders_reused_total",
             "trainforge_plugin_swap_trainjobs_total",
+            "trainforge_plugin_swap_rerendered_trainjobs_total",
+            "trainforge_plugin_swap_remaining_trainjobs",
             "trainforge_trainjob_create_to_jobset_ready_seconds",
             "trainforge_plugin_calls_total",
             "trainforge_plugin_call_duration_seconds",

@@ -19,8 +19,8 @@ impl Grants {
     /// `clock`) and pod privileges (`privileged`, `hostNamespaces`,
     /// `hostPorts`, `hostPath=<prefix>`, `capability=<CAP>`,
     /// `serviceAccount=<name>`, `image=<prefix>`, `schedulerName=<name>`,
-    /// `priorityClass=<name>`, `nodePlacement=<key>`, `secret=<name>`,
-    /// `serviceAccountTokens`, `dns`, `container=<name>`). Unknown names
+    /// `priorityClass=<name>`, `nodePlacement=<key>`, `secret=<name>`, `configMap=<name>`,
+    /// `serviceAccountTokens`, `dns`, `resources`, `container=<name>`). Unknown names
     /// are returned.
     pub fn from_names<'a>(names: impl IntoIterator<Item = &'a str>) -> (Grants, Vec<String>) {
         let mut g = Grants::default();
@@ -35,6 +35,7 @@ impl Grants {
                     "hostPorts" => g.pod.host_ports = true,
                     "serviceAccountTokens" => g.pod.service_account_tokens = true,
                     "dns" => g.pod.dns = true,
+                    "resources" => g.pod.resources = true,
                     other => unknown.push(other.to_owned()),
                 },
                 Some(("hostPath", v)) => g.pod.host_paths.push(v.to_owned()),
@@ -45,6 +46,7 @@ impl Grants {
                 Some(("priorityClass", v)) => g.pod.priority_classes.push(v.to_owned()),
                 Some(("nodePlacement", v)) => g.pod.node_placement.push(v.to_owned()),
                 Some(("secret", v)) => g.pod.secret_names.push(v.to_owned()),
+                Some(("configMap", v)) => g.pod.config_map_names.push(v.to_owned()),
                 Some(("container", v)) => g.pod.containers.push(v.to_owned()),
                 Some(_) => unknown.push(n.to_owned()),
             }

@@ -149,6 +149,19 @@ pub enum Privilege {
     /// A Secret a pod references: an env `secretKeyRef`, an `envFrom`
     /// `secretRef`, a `secret` or projected volume, an image pull secret.
     SecretRef(String),
+    /// A ConfigMap a pod references: an env `configMapKeyRef`, an `envFrom`
+    /// `configMapRef`, a `configMap` or projected volume.
+    ConfigMapRef(String),
+    /// A compute resource a container (or a pod, or a TrainJob's
+    /// `resourcesPerNode`) requests or is limited to, with its quantity as
+    /// written. A plugin may set one only up to the largest quantity of that
+    /// resource its input already had ([`within_seen`]).
+    Resource {
+        /// The resource (`cpu`, `memory`, `nvidia.com/gpu`, ...).
+        name: String,
+        /// The quantity, as written.
+        quantity: String,
+    },
     /// A service-account token in the pods: `automountServiceAccountToken:
     /// true`, or a projected token (by audience).
     Token(String),
@@ -186,6 +199,12 @@ impl std::fmt::Display for Privilege {
             Privilege::PriorityClass(n) => write!(f, "priorityClassName {n:?}"),
             Privilege::Placement { what, .. } => f.write_str(&shown(what)),
             Privilege::SecretRef(n) => write!(f, "a reference to Secret {n:?}"),
+            Privilege::ConfigMapRef(n) => write!(f, "a reference to ConfigMap {n:?}"),
+            Privilege::Resource { name, quantity } => write!(
+                f,
+                "{} of resource {name:?}, more than the runtime and TrainJob ask for",
+                shown(quantity)
+            ),
             Privilege::Token(t) => f.write_str(&shown(t)),
             Privilege::Dns(what) => f.write_str(&shown(what)),
             Privilege::Container { list, name } => write!(f, "{list} entry {name:?}"),
@@ -224,6 +243,12 @@ pub struct PodGrants {
     /// Secrets a plugin may reference from pods beyond the TrainJob's own
     /// (`<trainjob>-…`, the names its plugins emit); `*` = any.
     pub secret_names: Vec<String>,
+    /// ConfigMaps a plugin may reference from pods beyond the TrainJob's own
+    /// (`<trainjob>-…`); `*` = any.
+    pub config_map_names: Vec<String>,
+    /// Container resources above the largest quantity of each resource the
+    /// runtime and TrainJob ask for (or of a resource they do not name).
+    pub resources: bool,
     /// Service-account tokens: `automountServiceAccountToken: true` and
     /// projected tokens for any audience.
     pub service_account_tokens: bool,
@@ -268,6 +293,8 @@ impl PodGrants {
             Privilege::PriorityClass(n) => listed(&self.priority_classes, n),
             Privilege::Placement { key, .. } => listed(&self.node_placement, key),
             Privilege::SecretRef(n) => listed(&self.secret_names, n),
+            Privilege::ConfigMapRef(n) => listed(&self.config_map_names, n),
+            Privilege::Resource { .. } => self.resources,
             Privilege::Token(_) => self.service_account_tokens,
             Privilege::Dns(_) => self.dns,
             Privilege::Container { name, .. } => listed(&self.containers, name),
@@ -290,6 +317,8 @@ impl PodGrants {
             Privilege::PriorityClass(_) => "grants.pod.priorityClassNames",
             Privilege::Placement { .. } => "grants.pod.nodePlacement",
             Privilege::SecretRef(_) => "grants.pod.secretNames",
+            Privilege::ConfigMapRef(_) => "grants.pod.configMapNames",
+            Privilege::Resource { .. } => "grants.pod.resources",
             Privilege::Token(_) => "grants.pod.serviceAccountTokens",
             Privilege::Dns(_) => "grants.pod.dns",
             Privilege::Container { .. } => "grants.pod.containers",
@@ -428,6 +457,13 @@ fn walk(v: &Value, container: &str, out: &mut BTreeSet<Privilege>) {
                         walk(x, container, out);
                     }
                     "annotations" => annotations(x, out),
+                    // A container's or pod's `resources`, a TrainJob's
+                    // `resourcesPerNode` (a ClusterRole's `resources` is a
+                    // list: not this).
+                    "resources" | "resourcesPerNode" if x.is_object() => {
+                        resources(x, out);
+                        walk(x, container, out);
+                    }
                     "data" | "binaryData" | "stringData" => {}
                     _ => walk(x, container, out),
                 }
@@ -440,6 +476,49 @@ fn walk(v: &Value, container: &str, out: &mut BTreeSet<Privilege>) {
         }
         _ => {}
     }
+}
+
+/// The quantities of a `resources` object (`requests`, `limits`).
+fn resources(v: &Value, out: &mut BTreeSet<Privilege>) {
+    for which in ["requests", "limits"] {
+        for (name, q) in v
+            .get(which)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            let quantity = match q {
+                Value::String(s) => s.clone(),
+                Value::Null => continue,
+                other => other.to_string(),
+            };
+            out.insert(Privilege::Resource {
+                name: name.clone(),
+                quantity,
+            });
+        }
+    }
+}
+
+/// Whether `p` is a resource quantity no larger than one of the same
+/// resource in `seen` (so a plugin may copy, split or lower what the
+/// runtime and TrainJob ask for, never raise it). A quantity that does not
+/// parse is not within anything.
+pub fn within_seen<'a>(p: &Privilege, seen: impl IntoIterator<Item = &'a Privilege>) -> bool {
+    let Privilege::Resource { name, quantity } = p else {
+        return false;
+    };
+    let parse = |q: &str| kube_quantity::ParsedQuantity::try_from(q).ok();
+    let Some(asked) = parse(quantity) else {
+        return false;
+    };
+    seen.into_iter().any(|s| match s {
+        Privilege::Resource {
+            name: n,
+            quantity: q,
+        } if n == name => parse(q).is_some_and(|had| asked <= had),
+        _ => false,
+    })
 }
 
 /// Pod-spec fields a plugin may change without a grant: containers and
@@ -684,6 +763,12 @@ fn container_fields(list: &'static str, c: &Value, strict: bool, out: &mut BTree
         {
             out.insert(Privilege::SecretRef(n.to_owned()));
         }
+        if let Some(n) = e
+            .pointer("/valueFrom/configMapKeyRef/name")
+            .and_then(Value::as_str)
+        {
+            out.insert(Privilege::ConfigMapRef(n.to_owned()));
+        }
     }
     for e in c
         .get("envFrom")
@@ -693,6 +778,9 @@ fn container_fields(list: &'static str, c: &Value, strict: bool, out: &mut BTree
     {
         if let Some(n) = e.pointer("/secretRef/name").and_then(Value::as_str) {
             out.insert(Privilege::SecretRef(n.to_owned()));
+        }
+        if let Some(n) = e.pointer("/configMapRef/name").and_then(Value::as_str) {
+            out.insert(Privilege::ConfigMapRef(n.to_owned()));
         }
     }
     for (k, v) in c.iter().filter(|_| strict) {
@@ -710,10 +798,16 @@ fn volume_refs(v: &Value, out: &mut BTreeSet<Privilege>) {
         if let Some(n) = vol.pointer("/secret/secretName").and_then(Value::as_str) {
             out.insert(Privilege::SecretRef(n.to_owned()));
         }
+        if let Some(n) = vol.pointer("/configMap/name").and_then(Value::as_str) {
+            out.insert(Privilege::ConfigMapRef(n.to_owned()));
+        }
         let sources = vol.pointer("/projected/sources").and_then(Value::as_array);
         for src in sources.into_iter().flatten() {
             if let Some(n) = src.pointer("/secret/name").and_then(Value::as_str) {
                 out.insert(Privilege::SecretRef(n.to_owned()));
+            }
+            if let Some(n) = src.pointer("/configMap/name").and_then(Value::as_str) {
+                out.insert(Privilege::ConfigMapRef(n.to_owned()));
             }
             if let Some(t) = src.get("serviceAccountToken").filter(|t| !t.is_null()) {
                 out.insert(Privilege::Token(format!(
@@ -1269,7 +1363,8 @@ mod tests {
     #[test]
     fn pod_changes_beyond_the_allow_list_need_their_grant() {
         let base = json!({"containers": [{"name": "node", "image": "app:1",
-            "env": [{"name": "A", "value": "1"}]}]});
+            "env": [{"name": "A", "value": "1"}],
+            "resources": {"limits": {"nvidia.com/gpu": 2, "memory": "8Gi"}}}]});
         let with = |pointer: &str, value: Value| {
             let mut spec = base.clone();
             let mut at = &mut spec;
@@ -1284,6 +1379,47 @@ mod tests {
         };
         let before = pod(base.clone());
         let cases: Vec<(&str, Value, &str)> = vec![
+            (
+                "/containers/0/resources",
+                json!({"limits": {"nvidia.com/gpu": 64, "memory": "8Gi"}}),
+                "grants.pod.resources",
+            ),
+            (
+                "/containers/0/resources",
+                json!({"limits": {"nvidia.com/gpu": 2, "memory": "9Gi"}}),
+                "grants.pod.resources",
+            ),
+            (
+                "/containers/0/resources",
+                json!({"limits": {"nvidia.com/gpu": 2, "example.com/fpga": 1}}),
+                "grants.pod.resources",
+            ),
+            (
+                "/resources",
+                json!({"requests": {"cpu": "1000"}}),
+                "grants.pod.resources",
+            ),
+            (
+                "/volumes",
+                json!([{"name": "c", "configMap": {"name": "other-team-config"}}]),
+                "grants.pod.configMapNames",
+            ),
+            (
+                "/volumes",
+                json!([{"name": "p", "projected": {"sources": [
+                {"configMap": {"name": "other-team-config"}}]}}]),
+                "grants.pod.configMapNames",
+            ),
+            (
+                "/containers/0/env/0",
+                json!({"name": "A", "valueFrom": {"configMapKeyRef": {"name": "other-team-config", "key": "k"}}}),
+                "grants.pod.configMapNames",
+            ),
+            (
+                "/containers/0/envFrom",
+                json!([{"configMapRef": {"name": "other-team-config"}}]),
+                "grants.pod.configMapNames",
+            ),
             (
                 "/automountServiceAccountToken",
                 json!(true),
@@ -1391,7 +1527,9 @@ mod tests {
         ];
         for (pointer, value, grant) in cases {
             let after = with(pointer, value.clone());
-            let refused: Vec<_> = added(&privileges(&before), &privileges(&after))
+            let seen = privileges(&before);
+            let refused: Vec<_> = added(&seen, &privileges(&after))
+                .filter(|p| !within_seen(p, &seen))
                 .filter_map(|p| PodGrants::default().check(p).err())
                 .collect();
             assert!(refused.contains(&grant), "{pointer} = {value}: {refused:?}");
@@ -1399,22 +1537,26 @@ mod tests {
             assert_eq!(added(&privileges(&after), &privileges(&after)).count(), 0);
         }
         // Allowed by default: env literals, args, resources, labels,
-        // emptyDir and configMap volumes, scheduling gates.
+        // emptyDir volumes, scheduling gates (a ConfigMap named from the
+        // TrainJob is allowed by the pipeline's check, which knows it).
         for (pointer, value) in [
             ("/containers/0/env", json!([{"name": "B", "value": "2"}])),
             ("/containers/0/args", json!(["--epochs", "3"])),
             (
                 "/containers/0/resources",
-                json!({"limits": {"nvidia.com/gpu": 1}}),
+                json!({"limits": {"nvidia.com/gpu": 1, "memory": "8192Mi"}}),
             ),
             (
-                "/volumes",
-                json!([{"name": "c", "configMap": {"name": "job-config"}}, {"name": "e", "emptyDir": {}}]),
+                "/containers/0/resources",
+                json!({"requests": {"nvidia.com/gpu": "2", "memory": "1Gi"}}),
             ),
+            ("/volumes", json!([{"name": "e", "emptyDir": {}}])),
             ("/schedulingGates", json!([{"name": "example.com/gate"}])),
         ] {
             let after = with(pointer, value.clone());
-            let refused: Vec<_> = added(&privileges(&before), &privileges(&after))
+            let seen = privileges(&before);
+            let refused: Vec<_> = added(&seen, &privileges(&after))
+                .filter(|p| !within_seen(p, &seen))
                 .filter(|p| PodGrants::default().check(p).is_err())
                 .map(ToString::to_string)
                 .collect();
@@ -1429,6 +1571,7 @@ mod tests {
             priority_classes: vec!["high".into()],
             node_placement: vec!["nvidia.com/gpu.product".into()],
             secret_names: vec!["registry".into()],
+            config_map_names: vec!["shared-ca".into()],
             containers: vec!["installer".into()],
             ..PodGrants::default()
         };
@@ -1447,6 +1590,18 @@ mod tests {
         assert!(g.check(&place("*")).is_err(), "nodeName needs *");
         assert!(g.check(&Privilege::SecretRef("registry".into())).is_ok());
         assert!(g.check(&Privilege::SecretRef("db".into())).is_err());
+        assert!(
+            g.check(&Privilege::ConfigMapRef("shared-ca".into()))
+                .is_ok()
+        );
+        assert!(
+            g.check(&Privilege::ConfigMapRef("other-team-config".into()))
+                .is_err()
+        );
+        assert!(
+            g.check(&Privilege::SecretRef("shared-ca".into())).is_err(),
+            "a ConfigMap grant is no Secret grant"
+        );
         let c = |name: &str| Privilege::Container {
             list: "initContainers",
             name: name.into(),

@@ -503,8 +503,9 @@ fn scope_of_json(json: &str) -> CallScope {
         .unwrap_or_default()
 }
 
-/// Refuse what `p` added beyond its grants. A reference to a Secret named
-/// from the TrainJob (`<trainjob>`, `<trainjob>-…`: the names its plugins
+/// Refuse what `p` added beyond its grants. A resource quantity up to one
+/// the runtime or TrainJob already asks for needs no grant, nor does a
+/// reference to a Secret or ConfigMap named from the TrainJob (`<trainjob>`, `<trainjob>-…`: the names its plugins
 /// emit, see [`super::output_check`]) needs no grant.
 fn check_added<'a>(
     p: &LoadedPlugin,
@@ -523,7 +524,10 @@ fn check_added<'a>(
         if seen.contains(privilege) {
             continue;
         }
-        if matches!(privilege, Privilege::SecretRef(n) if own(n)) {
+        if matches!(privilege, Privilege::SecretRef(n) | Privilege::ConfigMapRef(n) if own(n)) {
+            continue;
+        }
+        if super::pod_policy::within_seen(privilege, seen.trainjob.iter().chain(&seen.info)) {
             continue;
         }
         if let Err(grant) = p.pod_grants().check(privilege) {

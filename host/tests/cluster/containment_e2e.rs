@@ -265,8 +265,8 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
         &["evil", "PodSecurity", "grants.pod"],
     )
     .await;
-    // Beyond baseline, by allow-list: Secrets of the namespace into the
-    // user's pods, pods onto control-plane nodes, a system priority, the
+    // Beyond baseline, by allow-list: Secrets (and ConfigMaps) of the
+    // namespace into the user's pods, pods onto control-plane nodes, a system priority, the
     // API server's name hijacked, a token for another audience, an init
     // container running a download: each refused naming its grant.
     let beyond = [
@@ -275,6 +275,18 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
             "envFrom",
             json!([{"secretRef": {"name": "db-credentials"}}]),
             "grants.pod.secretNames",
+        ),
+        (
+            "gpu-hoard",
+            "containers/0/resources",
+            json!({"limits": {"nvidia.com/gpu": 64}}),
+            "grants.pod.resources",
+        ),
+        (
+            "config-volume",
+            "volumes",
+            json!([{"name": "c", "configMap": {"name": "other-team-settings"}}]),
+            "grants.pod.configMapNames",
         ),
         (
             "control-plane",

@@ -905,7 +905,8 @@ async fn blocked_trainjobs_back_off_instead_of_polling() {
 /// A change of the plugin set reaches every unfinished TrainJob at once
 /// (issue 31, item 2): 50 suspended TrainJobs built by a plugin's first
 /// configuration all get the second's objects well inside one resync
-/// period (30 s here), and the swap is counted.
+/// period (30 s here), the swap is counted, and its completion shows on
+/// the `ClusterTrainerPlugin` (`status.rollout`) and in the metrics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_swap_re_renders_every_unfinished_trainjob() {
     let Some((env, op, client)) = setup().await else {
@@ -992,6 +993,46 @@ async fn a_plugin_swap_re_renders_every_unfinished_trainjob() {
         swaps_after - swaps_before >= JOBS as f64,
         "the swap queued every unfinished TrainJob: {swaps_before} -> {swaps_after}"
     );
+    // The swap's completion is observable: on the ClusterTrainerPlugin
+    // whose version it brought (`status.rollout`, written at most every
+    // 2 s) and in the metrics. Other tests' TrainJobs may be part of it.
+    let rollout = eventually("the rollout complete on the plugin", TIMEOUT, || async {
+        let ctp = get(
+            &client,
+            "trainforge.dev/v1alpha1",
+            "ClusterTrainerPlugin",
+            None,
+            "e2e-swap-greeter",
+        )
+        .await?;
+        let r = ctp["status"]["rollout"].clone();
+        (r["servingGeneration"] == ctp["status"]["servingGeneration"]
+            && r["remaining"] == 0
+            && r["completedAt"].is_string())
+        .then_some(r)
+    })
+    .await;
+    report(&format!("the plugin's status.rollout: {rollout}"));
+    let count = |k: &str| rollout[k].as_i64().unwrap();
+    assert!(count("trainJobs") >= JOBS as i64, "{rollout}");
+    assert!(count("reRendered") >= JOBS as i64, "{rollout}");
+    assert_eq!(
+        count("reRendered") + count("failed") + count("skipped"),
+        count("trainJobs"),
+        "{rollout}"
+    );
+    // (Another test's swap may start a rollout meanwhile: eventually.)
+    eventually("no TrainJob left to re-render", TIMEOUT, || async {
+        let scraped = op.scrape().await;
+        (metric(&scraped, "trainforge_plugin_swap_remaining_trainjobs", &[]) == 0.0).then_some(())
+    })
+    .await;
+    let rerendered = metric(
+        &op.scrape().await,
+        "trainforge_plugin_swap_rerendered_trainjobs_total",
+        &[],
+    );
+    assert!(rerendered >= JOBS as f64, "{rerendered}");
     delete(
         &client,
         "trainforge.dev/v1alpha1",

@@ -522,6 +522,22 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
             vec![PLUGIN, "PodSecurity", "grants.pod.secretNames"],
         ),
         (
+            "gpu-hoard",
+            set(
+                format!("{pod}/containers/0/resources"),
+                json!({"limits": {"nvidia.com/gpu": 64}}),
+            ),
+            vec![PLUGIN, "PodSecurity", "grants.pod.resources"],
+        ),
+        (
+            "config-env",
+            set(
+                format!("{pod}/containers/0/envFrom"),
+                json!([{"configMapRef": {"name": "a-config"}}]),
+            ),
+            vec![PLUGIN, "PodSecurity", "grants.pod.configMapNames"],
+        ),
+        (
             "control-plane",
             set(
                 format!("{pod}/tolerations"),

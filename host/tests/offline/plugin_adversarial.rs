@@ -880,6 +880,36 @@ fn privileged_changes() -> Vec<(&'static str, &'static str, Value, &'static str)
         ),
         (
             "info",
+            leak("/volumes"),
+            json!([{"name": "c", "configMap": {"name": "other-team"}}]),
+            "configMap=other-team",
+        ),
+        (
+            "info",
+            leak("/containers/0/resources"),
+            json!({"limits": {"nvidia.com/gpu": 64}}),
+            "resources",
+        ),
+        (
+            "trainjob",
+            "/spec/trainer/resourcesPerNode",
+            json!({"requests": {"cpu": "5000", "memory": "4Ti"}}),
+            "resources",
+        ),
+        (
+            "info",
+            leak("/containers/0/envFrom"),
+            json!([{"configMapRef": {"name": "other-team"}}]),
+            "configMap=other-team",
+        ),
+        (
+            "info",
+            leak("/containers/0/env"),
+            json!([{"name": "K", "valueFrom": {"configMapKeyRef": {"name": "other-team", "key": "k"}}}]),
+            "configMap=other-team",
+        ),
+        (
+            "info",
             leak("/nodeName"),
             json!("control-plane-0"),
             "nodePlacement=*",
@@ -966,28 +996,39 @@ fn pod_privileges_a_plugin_adds_are_refused_unless_granted() {
     }
 }
 
-/// A Secret named from the TrainJob (`<trainjob>-…`, what its plugins may
-/// emit: MPI's SSH keys) may be mounted without a grant; any other Secret
-/// of the namespace may not (a confused deputy: the plugin has no grant to
+/// A Secret or ConfigMap named from the TrainJob (`<trainjob>-…`, what its
+/// plugins may emit: MPI's SSH keys) may be mounted without a grant; any
+/// other of the namespace may not (a confused deputy: the plugin has no grant to
 /// read it, and would hand it to the user's code).
 #[test]
-fn only_the_trainjobs_own_secrets_are_mounted_without_a_grant() {
+fn only_the_trainjobs_own_secrets_and_config_maps_are_mounted_without_a_grant() {
     let rt = short_deadline_runtime();
     let pod = "/templateSpec/obj/replicatedJobs/0/template/spec/template/spec";
     let mount = |secret: &str| {
         json!({"set": [{"phase": "enforce-pod-spec", "target": "info", "pointer": format!("{pod}/volumes"),
             "value": [{"name": "keys", "secret": {"secretName": secret}}]}]})
     };
-    for own in ["job", "job-mpi-ssh-auth"] {
+    let mount_config = |name: &str| {
+        json!({"set": [{"phase": "enforce-pod-spec", "target": "info", "pointer": format!("{pod}/volumes"),
+            "value": [{"name": "cfg", "projected": {"sources": [{"configMap": {"name": name}}]}}]}]})
+    };
+    for own in ["job", "job-mpi-ssh-auth", "job-minimal"] {
         pipeline(vec![load(&rt, None, mount(own))]).unwrap_or_else(|e| panic!("{own}: {e}"));
+        pipeline(vec![load(&rt, None, mount_config(own))])
+            .unwrap_or_else(|e| panic!("ConfigMap {own}: {e}"));
     }
     for foreign in ["jobx", "db-credentials", "job2-ssh"] {
-        let e = pipeline(vec![load(&rt, None, mount(foreign))]).unwrap_err();
-        assert_eq!(e.reason(), "PodSecurity", "{foreign}: {e}");
-        assert!(
-            e.to_string().contains(foreign) && e.to_string().contains("grants.pod.secretNames"),
-            "{e}"
-        );
+        for (cfg, grant) in [
+            (mount(foreign), "grants.pod.secretNames"),
+            (mount_config(foreign), "grants.pod.configMapNames"),
+        ] {
+            let e = pipeline(vec![load(&rt, None, cfg)]).unwrap_err();
+            assert_eq!(e.reason(), "PodSecurity", "{foreign}: {e}");
+            assert!(
+                e.to_string().contains(foreign) && e.to_string().contains(grant),
+                "{e}"
+            );
+        }
     }
 }
 

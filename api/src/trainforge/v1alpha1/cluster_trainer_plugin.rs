@@ -31,6 +31,7 @@ use crate::plugin::{KindRef, Phase};
     printcolumn = r#"{"name":"Degraded","type":"string","description":"Whether the latest spec could not be served.","jsonPath":".status.conditions[?(@.type==\"Degraded\")].status"}"#,
     printcolumn = r#"{"name":"Order","type":"integer","jsonPath":".spec.order"}"#,
     printcolumn = r#"{"name":"Digest","type":"string","description":"sha256 of the component in service.","jsonPath":".status.servingDigest","priority":1}"#,
+    printcolumn = r#"{"name":"Remaining","type":"integer","description":"TrainJobs still to be rendered again with the serving version.","jsonPath":".status.rollout.remaining","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -305,6 +306,12 @@ pub struct PodSecurityGrants {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "atomic"))]
     pub secret_names: Option<Vec<String>>,
+    /// ConfigMaps the plugin may reference from pods (env, envFrom,
+    /// volumes) beyond the TrainJob's own (`<trainjob>-…`) and those the
+    /// runtime or TrainJob already references; `*` = any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "atomic"))]
+    pub config_map_names: Option<Vec<String>>,
     /// Service-account tokens: `automountServiceAccountToken: true` and
     /// projected tokens for any audience.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -312,6 +319,10 @@ pub struct PodSecurityGrants {
     /// `dnsPolicy`, `dnsConfig` and `hostAliases`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<bool>,
+    /// Container resources above the largest quantity of each resource the
+    /// runtime and TrainJob ask for, or of a resource they do not name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<bool>,
     /// Containers (init, sidecar, ephemeral or regular) the plugin may add,
     /// by name (`*` = any).
     #[serde(default, skip_serializing_if = "Option::is_none")]

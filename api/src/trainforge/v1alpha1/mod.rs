@@ -11,7 +11,7 @@ pub use cluster_trainer_plugin::{
     ClusterTrainerPlugin, ClusterTrainerPluginSpec, ConfigMapSource, FailurePolicy, PluginGrants,
     PluginLimits, PluginSourceSpec, PluginVerification, PodSecurityGrants, VerificationKey,
 };
-pub use status::{ClusterTrainerPluginStatus, DescribedPlugin, condition, reason};
+pub use status::{ClusterTrainerPluginStatus, DescribedPlugin, PluginRollout, condition, reason};
 pub use trainer_plugin::{TrainerPlugin, TrainerPluginSpec};
 pub use trainer_plugin_policy::{
     POLICY_NAME, PodSecurityLevel, PolicyLimits, TenantSourceKind, TrainerPluginPolicy,

@@ -48,6 +48,51 @@ pub struct ClusterTrainerPluginStatus {
     /// What the serving plugin described about itself (`describe`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<DescribedPlugin>,
+
+    /// How far the serving version has reached the TrainJobs: when it went
+    /// into service, every unfinished TrainJob was queued to be rendered
+    /// again with it. `ClusterTrainerPlugin` only; written by its own field
+    /// manager (`trainforge-rollout`), at most every few seconds while TrainJobs
+    /// remain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<PluginRollout>,
+}
+
+/// The re-render of the unfinished TrainJobs that followed a plugin's
+/// version going into service.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginRollout {
+    /// The `metadata.generation` whose version the rollout brings (its
+    /// `servingGeneration` when it started).
+    pub serving_generation: i64,
+    /// Unfinished TrainJobs of the cluster when the plugin set changed: all
+    /// are rendered again.
+    #[schemars(range(min = 0))]
+    pub train_jobs: i64,
+    /// Of those, the TrainJobs built with the new set since.
+    #[schemars(range(min = 0))]
+    pub re_rendered: i64,
+    /// Of those, the TrainJobs the new set could not build (each one's
+    /// conditions say why; a later success moves it to `reRendered`).
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub failed: i64,
+    /// Of those, the TrainJobs that needed no re-render: deleted,
+    /// finished, managed by another controller, or running with an ignored
+    /// `runtimePatches` edit.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub skipped: i64,
+    /// Of those, the TrainJobs not yet reconciled with the new set.
+    #[schemars(range(min = 0))]
+    pub remaining: i64,
+    /// When the plugin set changed.
+    pub started_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// When `remaining` reached zero (failed TrainJobs are not waited
+    /// for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// A plugin's own description, as served.

@@ -249,6 +249,8 @@ pub(super) struct Loaded {
     served: Served,
     /// Swaps of the catalog's set (none for the builtin set).
     generations: Option<watch::Receiver<u64>>,
+    /// The catalog (none for the builtin set).
+    catalog: Option<Arc<PluginCatalog>>,
     /// The ClusterTrainerPlugin controller (none for the builtin set).
     catalog_task: Option<JoinHandle<Result<(), crate::controller::catalog::Error>>>,
 }
@@ -277,14 +279,16 @@ pub(super) async fn plugins(
                 tenants: None,
             },
             generations: None,
+            catalog: None,
             catalog_task: None,
         }));
     }
     let fetch = fetch_options(&op.args)?;
     let catalog = Arc::new(PluginCatalog::new(runtime.clone(), objects.clone()));
     // Statuses are written by the leader only, through its fence.
+    let fenced = leader.fence().client(op.client.clone());
     let task = tokio::spawn(crate::controller::catalog::run_with(
-        leader.fence().client(op.client.clone()),
+        fenced.clone(),
         catalog.clone(),
         op.shutdown.clone(),
         crate::controller::catalog::Options {
@@ -308,7 +312,7 @@ pub(super) async fn plugins(
     }
     let tenants = Arc::new(TenantPlugins::new(usize::from(op.args.tenant_concurrency)));
     tokio::spawn(run_tenant_controller(
-        leader.fence().client(op.client.clone()),
+        fenced,
         catalog.clone(),
         tenants.clone(),
         op.shutdown.clone(),
@@ -317,10 +321,11 @@ pub(super) async fn plugins(
     ));
     Ok(Some(Loaded {
         served: Served {
-            plugins: catalog,
+            plugins: catalog.clone(),
             tenants: Some(tenants),
         },
         generations: Some(generations),
+        catalog: Some(catalog),
         catalog_task: Some(task),
     }))
 }
@@ -516,6 +521,15 @@ pub(super) async fn controllers(
         )
         .with_tenants(loaded.served.tenants.clone()),
     );
+    // How far each plugin swap has reached, on the ClusterTrainerPlugins.
+    if let Some(catalog) = &loaded.catalog {
+        tokio::spawn(crate::controller::catalog::rollout::report(
+            kube::Api::all(leader.fence().client(op.client.clone())),
+            catalog.clone(),
+            ctx.rollouts.subscribe(),
+            stop.clone(),
+        ));
+    }
     trainjob::run(ctx, trigger_rx, stop.clone()).await;
     stop.cancel();
     lost.abort();

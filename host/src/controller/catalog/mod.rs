@@ -24,7 +24,8 @@
 //! version back even while the current spec fails.
 //! Deleting a CR removes its plugin (the controller sees the object leave its
 //! reflector; no finalizer). [`status`] writes the status subresource only
-//! when it changes, so a resync writes nothing.
+//! when it changes, so a resync writes nothing; [`rollout`] writes how far
+//! a new version has reached the unfinished TrainJobs.
 //!
 //! The TrainJob controller takes [`PluginCatalog::current`] once per
 //! reconcile (in-flight reconciles keep the set they started with) and
@@ -33,6 +34,7 @@
 mod controller;
 pub mod fetch;
 mod kinds;
+pub mod rollout;
 pub mod spec;
 mod state;
 pub mod status;

@@ -251,6 +251,8 @@ pub struct PluginReport {
     pub name: String,
     /// Whether a version of it is in service.
     pub serving: bool,
+    /// The `metadata.generation` whose spec is in service.
+    pub serving_generation: Option<i64>,
     /// Whether the version in service builds JobSets
     /// ([`LoadedPlugin::builds_jobsets`]).
     pub builds: bool,
@@ -353,6 +355,7 @@ impl PluginCatalog {
             .map(|(name, e)| PluginReport {
                 name: name.clone(),
                 serving: e.serving.is_some(),
+                serving_generation: e.serving.as_ref().map(|s| s.generation),
                 builds: e
                     .serving
                     .as_ref()
@@ -910,6 +913,7 @@ mod tests {
             [PluginReport {
                 name: "jobset".into(),
                 serving: false,
+                serving_generation: None,
                 builds: false,
                 failure: Some((
                     reason::DIGEST_MISMATCH.into(),

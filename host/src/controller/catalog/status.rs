@@ -103,7 +103,22 @@ pub(crate) fn desired_with(
         observed_generation: generation,
         last_error: failure.map(|(_, m)| m),
         plugin: entry.serving.as_ref().map(|s| s.described.clone()),
+        // Not this writer's: `super::rollout` writes it with its own field
+        // manager.
+        rollout: None,
     }
+}
+
+/// Whether `current` shows `status`, `rollout` aside (another writer's).
+fn shows(
+    current: Option<&ClusterTrainerPluginStatus>,
+    status: &ClusterTrainerPluginStatus,
+) -> bool {
+    let without = |s: &ClusterTrainerPluginStatus| ClusterTrainerPluginStatus {
+        rollout: None,
+        ..s.clone()
+    };
+    current.is_some_and(|c| without(c) == without(status))
 }
 
 /// The condition status a stage is written as.
@@ -134,7 +149,8 @@ pub(crate) async fn write(
 }
 
 /// Write `status` to the object `name` of `kind` (a `ClusterTrainerPlugin`
-/// or a `TrainerPlugin`) unless `current` is exactly that.
+/// or a `TrainerPlugin`) unless `current` is exactly that. `rollout` is
+/// another writer's ([`super::rollout`]): neither compared nor written.
 pub(crate) async fn write_to<K>(
     api: &Api<K>,
     name: &str,
@@ -146,7 +162,7 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let name = name.to_owned();
-    if current == Some(status) {
+    if shows(current, status) {
         return Ok(false);
     }
     let patch = json!({
@@ -208,5 +224,23 @@ mod tests {
         // Same state again: same status, transition times kept.
         let again = desired(&entry, Some(&s));
         assert_eq!(again, s);
+        assert!(shows(Some(&s), &again));
+
+        // A rollout (another writer's) neither makes a write nor is written.
+        let mut with_rollout = s.clone();
+        with_rollout.rollout = Some(trainforge_api::trainforge::v1alpha1::PluginRollout {
+            serving_generation: 3,
+            train_jobs: 1,
+            re_rendered: 1,
+            failed: 0,
+            skipped: 0,
+            remaining: 0,
+            started_at: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+            completed_at: None,
+        });
+        let again = desired(&entry, Some(&with_rollout));
+        assert_eq!(again.rollout, None);
+        assert!(shows(Some(&with_rollout), &again));
+        assert!(!shows(None, &again));
     }
 }

@@ -386,6 +386,7 @@ fn grants_within(asked: &Grants, max: &Grants) -> Result<(), String> {
             m.service_account_tokens,
         ),
         ("pod.dns", a.dns, m.dns),
+        ("pod.resources", a.resources, m.resources),
     ] {
         if on && !allowed {
             over.push(name.to_owned());
@@ -425,6 +426,12 @@ fn grants_within(asked: &Grants, max: &Grants) -> Result<(), String> {
             false,
         ),
         ("pod.secretNames", &a.secret_names, &m.secret_names, false),
+        (
+            "pod.configMapNames",
+            &a.config_map_names,
+            &m.config_map_names,
+            false,
+        ),
         ("pod.containers", &a.containers, &m.containers, false),
     ] {
         for v in asked {

@@ -140,6 +140,9 @@ pub struct Context {
     /// reported by an Event: a reconcile that reads a status older than
     /// its own last write does not report the same edit twice.
     patches_reported: Mutex<HashMap<ObjectRef<TrainJob>, String>>,
+    /// The rollout of the latest change of the plugin set
+    /// ([`super::rollout`]).
+    pub rollouts: Arc<super::rollout::Rollouts>,
     /// Pods that cannot be created, per TrainJob ([`super::pod_failures`]).
     pub pod_failures: Arc<super::pod_failures::PodFailures>,
     /// Tenant plugins (`None`: no `TrainerPlugin` is served).
@@ -166,6 +169,7 @@ impl Context {
             },
         );
         Context {
+            rollouts: Arc::new(super::rollout::Rollouts::new(metrics.clone())),
             client,
             plugins,
             objects,
@@ -273,6 +277,7 @@ impl Context {
         }
         self.renders.retain(&trainjob_exists);
         self.pod_failures.retain(&trainjob_exists);
+        self.rollouts.retain(&trainjob_exists);
         self.objects.prune_writes();
         let remembered = self.memo.len();
         self.metrics.set_remembered(remembered);

@@ -123,6 +123,8 @@ async fn wake_waiting(
                 .map(|j| ObjectRef::from_obj(j.as_ref()))
                 .collect();
             ctx.metrics.swap_trainjobs(unfinished.len());
+            ctx.rollouts
+                .start(ctx.plugins.current().id(), unfinished.iter().cloned());
             if !unfinished.is_empty() {
                 info!(
                     trainjobs = unfinished.len(),
@@ -182,6 +184,8 @@ pub async fn run(
         futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) })
     };
     let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel();
+    // Pods that cannot be created wake their TrainJob through it too.
+    let pods_tx = wake_tx.clone();
     let (reader, writer) = reflector::store();
     let waker = ctx.plugins.changes().map(|changes| {
         tokio::spawn(wake_waiting(
@@ -194,7 +198,6 @@ pub async fn run(
         ))
     });
     // Pods that cannot be created wake their TrainJob at once.
-    let (pods_tx, pods_rx) = tokio::sync::mpsc::unbounded_channel();
     let objects = ctx.objects.clone();
     let pod_watch = tokio::spawn(super::pod_failures::watch(
         ctx.client.clone(),
@@ -209,11 +212,8 @@ pub async fn run(
         shutdown.clone(),
     ));
     let triggers = futures::stream::select(
-        futures::stream::select(
-            batch::batched(triggers, ctx.settings.child_batch),
-            receive(wake_rx),
-        ),
-        receive(pods_rx),
+        batch::batched(triggers, ctx.settings.child_batch),
+        receive(wake_rx),
     );
     let config = ControllerConfig::default().concurrency(ctx.settings.concurrency);
     info!(
@@ -237,8 +237,17 @@ pub async fn run(
     controller
         .reconcile_on(triggers)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile::reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
+        .run(reconcile::reconcile, error_policy, ctx.clone())
+        .for_each(|result| {
+            // Queued (by a swap, say), then deleted before its turn.
+            if let Err(kube::runtime::controller::Error::ObjectNotFound(r)) = result {
+                let mut job = ObjectRef::<TrainJob>::new(&r.name);
+                job.namespace = r.namespace;
+                ctx.rollouts
+                    .record(&job, super::rollout::Attempt::NotNeeded);
+            }
+            futures::future::ready(())
+        })
         .await;
     pruner.abort();
     pod_watch.abort();

@@ -25,7 +25,8 @@
 //! ([`objects`]) and map back to their controlling TrainJob. A TrainJob
 //! that found no plugin set able to serve it, or no serving plugin for a
 //! policy of its runtime, is reconciled again as soon as the set in service
-//! changes to one that can serve.
+//! changes to one that can serve; a change of the set re-renders every
+//! unfinished TrainJob, and [`rollout`] tells how far that got.
 
 pub mod apply;
 pub mod batch;
@@ -40,6 +41,7 @@ pub mod pod_failures;
 pub mod ready_edge;
 pub mod reconcile;
 pub mod render_memo;
+pub mod rollout;
 pub mod serving;
 pub mod snapshot;
 

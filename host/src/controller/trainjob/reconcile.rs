@@ -50,6 +50,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 use tokio::task::JoinError;
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -67,6 +68,7 @@ use super::events::{self, ACTION_RECONCILING, EventType, REASON_CREATION_FAILED}
 use super::legacy;
 use super::objects::ObjectsError;
 use super::render_memo::ObjectId;
+use super::rollout::Attempt;
 use super::serving::{self, NotServing};
 use super::snapshot::{self, SnapshotError};
 use super::{CONTROLLER_NAME, Context};
@@ -333,17 +335,20 @@ pub async fn reconcile(job: Arc<TrainJob>, ctx: Arc<Context>) -> Result<Action, 
     let span =
         info_span!("reconcile", controller = CONTROLLER_NAME, trainjob = %format!("{ns}/{name}"));
     let start = Instant::now();
-    let result = Reconcile {
+    let mut reconcile = Reconcile {
         job: &job,
         ctx: &ctx,
         ns: &ns,
         name: &name,
         writes: 0,
         failure: None,
+        attempt: None,
+    };
+    let result = reconcile.run().instrument(span).await;
+    if let Some(attempt) = reconcile.attempt {
+        ctx.rollouts
+            .record(&ObjectRef::from_obj(job.as_ref()), attempt);
     }
-    .run()
-    .instrument(span)
-    .await;
     let outcome = match &result {
         Ok(_) => {
             ctx.succeeded(&job);
@@ -365,6 +370,10 @@ struct Reconcile<'a> {
     writes: u32,
     /// The first failure of a step ([`keep_first`]).
     failure: Option<ReconcileError>,
+    /// What the reconcile did about the job's objects, for the rollout of
+    /// the plugin set ([`super::rollout`]); `None`: it did not get that far
+    /// (it comes back).
+    attempt: Option<Attempt>,
 }
 
 /// A runtime info as the JSON the status call is given (and the render
@@ -409,6 +418,9 @@ struct Seen {
 /// The plugins a job is built and its status read with
 /// ([`Reconcile::plugin_set`]).
 struct JobPlugins {
+    /// The id of the cluster's set when the reconcile took it: `set` is
+    /// built from that set or a newer one.
+    cluster_id: u64,
     /// The cluster's set, with the namespace's tenant plugins that apply
     /// (the cluster's alone when they cannot join).
     set: Arc<PluginSet>,
@@ -554,7 +566,7 @@ impl Reconcile<'_> {
     /// apply does not stop the chain: the status step still runs, and the
     /// first failure is the reconcile's result; without one, the reconcile
     /// comes back when the decision says.
-    async fn run(mut self) -> Result<Action, ReconcileError> {
+    async fn run(&mut self) -> Result<Action, ReconcileError> {
         let old = match self.gate().await? {
             Gate::Stop(action) => return Ok(action),
             Gate::Go(old) => old,
@@ -578,7 +590,7 @@ impl Reconcile<'_> {
         }
         self.write_and_announce(&seen, &status).await;
         self.count_noop();
-        match self.failure {
+        match self.failure.take() {
             Some(e) => Err(e),
             None => Ok(Action::requeue(decision.requeue)),
         }
@@ -599,6 +611,7 @@ impl Reconcile<'_> {
         let job = self.job;
         if let Some(m) = crate::pipeline::run::managed_elsewhere(job) {
             info!(managed_by = %m, "managed by another controller: left alone");
+            self.attempt = Some(Attempt::NotNeeded);
             return Ok(Gate::Stop(Action::await_change()));
         }
         let old = job.status.clone().unwrap_or_default();
@@ -609,6 +622,8 @@ impl Reconcile<'_> {
             return Ok(Gate::Stop(Action::await_change()));
         }
         if let Err(e) = snapshot::check_supported(job) {
+            // Terminal: nothing is ever built for it.
+            self.attempt = Some(Attempt::NotNeeded);
             let mut status = old.clone();
             conditions::set(
                 &mut status,
@@ -665,6 +680,7 @@ impl Reconcile<'_> {
     /// others. Only an unfinished job needs objects, so only it needs a set
     /// that can serve.
     fn plugin_set(&self, finished: bool) -> Option<JobPlugins> {
+        let cluster_id = self.ctx.plugins.current().id();
         let (set, tenants, permit) = match self.tenant_set() {
             TenantSet::Set(set, composed, permit) => (set, composed, permit),
             TenantSet::Busy => {
@@ -680,6 +696,7 @@ impl Reconcile<'_> {
             self.ctx.plugins.not_serving(&set)
         };
         Some(JobPlugins {
+            cluster_id,
             set,
             tenants,
             _permit: permit,
@@ -711,9 +728,15 @@ impl Reconcile<'_> {
         plugins: &JobPlugins,
         resolved: Option<&Resolved>,
     ) -> Option<Arc<str>> {
-        let resolved = resolved.filter(|_| !seen.finished)?;
+        if seen.finished {
+            self.attempt = Some(Attempt::NotNeeded);
+            return None;
+        }
+        self.attempt = Some(Attempt::Failed(plugins.cluster_id));
+        let resolved = resolved?;
         if let Some(recorded) = &seen.diverged {
             warn!(%recorded, current = %seen.patches_hash, "spec.runtimePatches changed while running: ignored, nothing built");
+            self.attempt = Some(Attempt::NotNeeded);
             return None;
         }
         if let Err(e) = &plugins.tenants {
@@ -729,7 +752,10 @@ impl Reconcile<'_> {
             )
             .await
         {
-            Ok(info) => Some(info),
+            Ok(info) => {
+                self.attempt = Some(Attempt::Built(plugins.cluster_id));
+                Some(info)
+            }
             Err(e) => {
                 self.fail(e);
                 None
@@ -861,7 +887,7 @@ impl Reconcile<'_> {
     /// ready (the failure is forgotten then), nor while the job is finished
     /// or suspended.
     fn pod_failure(&self, seen: &Seen) -> Option<String> {
-        let key = kube::runtime::reflector::ObjectRef::from_obj(self.job);
+        let key = ObjectRef::from_obj(self.job);
         let jobset = seen.jobset.as_ref()?;
         if seen.finished || seen.suspended || super::ready_edge::all_ready(jobset) {
             self.ctx.pod_failures.forget(&key);

@@ -245,6 +245,7 @@ mod tests {
         PluginReport {
             name: name.into(),
             serving,
+            serving_generation: serving.then_some(1),
             builds,
             failure: failure.map(|(r, m)| (r.into(), m.into())),
         }
