@@ -85,6 +85,7 @@ pub fn plugin_name(e: &plugin::Error) -> Option<&str> {
     use plugin::Error as E;
     match e {
         E::Timeout { plugin, .. }
+        | E::Budget { plugin, .. }
         | E::MemoryLimit { plugin, .. }
         | E::Trap { plugin, .. }
         | E::InvalidOutput { plugin, .. }

@@ -227,6 +227,12 @@ impl LoadedPlugin {
         self.inner.descriptor.implements(phase)
     }
 
+    /// The deadline of one call (the runtime's default or the plugin's
+    /// own limit).
+    pub fn call_timeout(&self) -> Duration {
+        self.inner.env.ctx.limits.timeout
+    }
+
     /// The configured failure policy.
     pub fn failure_policy(&self) -> FailurePolicy {
         self.inner.failure_policy
@@ -375,14 +381,28 @@ impl LoadedPlugin {
         input: &PhaseInput,
         scope: &CallScope,
     ) -> Result<Mutation, Error> {
+        self.enforce_within(phase, input, scope, None)
+    }
+
+    /// [`LoadedPlugin::enforce`] within `cap`: the call gets the smaller of
+    /// the plugin's own time limit and `cap` (a pass gives each call what
+    /// remains of its budget). `None` is the plugin's own limit.
+    pub fn enforce_within(
+        &self,
+        phase: Phase,
+        input: &PhaseInput,
+        scope: &CallScope,
+        cap: Option<Duration>,
+    ) -> Result<Mutation, Error> {
         let wit_input = wit::PhaseInput {
             trainjob: input.trainjob.clone(),
             info: input.info.clone(),
             config: self.inner.config.clone(),
         };
-        self.call(
+        self.call_within(
             phase.as_str(),
             scope,
+            cap,
             |store, p| {
                 let g = p.trainforge_plugin_guest();
                 match phase {
@@ -432,14 +452,26 @@ impl LoadedPlugin {
     /// Run `build` for the TrainJob `owner` (identity from the stored
     /// object) and check every object (see [`super::output_check`]).
     pub fn build(&self, input: &PhaseInput, owner: &Owner) -> Result<Vec<Value>, Error> {
+        self.build_within(input, owner, None)
+    }
+
+    /// [`LoadedPlugin::build`] within `cap` (as
+    /// [`LoadedPlugin::enforce_within`]).
+    pub fn build_within(
+        &self,
+        input: &PhaseInput,
+        owner: &Owner,
+        cap: Option<Duration>,
+    ) -> Result<Vec<Value>, Error> {
         let wit_input = wit::PhaseInput {
             trainjob: input.trainjob.clone(),
             info: input.info.clone(),
             config: self.inner.config.clone(),
         };
-        self.call(
+        self.call_within(
             "build",
             &CallScope::of(owner),
+            cap,
             |store, p| p.trainforge_plugin_guest().call_build(store, &wit_input),
             |r| {
                 let raw = r.map_err(|e| self.expected(Phase::Build, e))?;

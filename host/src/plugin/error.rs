@@ -18,6 +18,20 @@ pub enum Error {
         /// The deadline.
         limit_ms: u64,
     },
+    /// The calls of one pass for a TrainJob (every enforce phase and build
+    /// of every plugin) used up the pass's time budget
+    /// ([`super::PASS_BUDGET`]); `plugin` was running, or about to run.
+    #[error(
+        "plugin {plugin}: BudgetExceeded: the plugin calls for this TrainJob used up their {budget_ms} ms per pass during {phase}"
+    )]
+    Budget {
+        /// Plugin name.
+        plugin: String,
+        /// Phase called.
+        phase: String,
+        /// The pass's budget.
+        budget_ms: u64,
+    },
     /// The guest tried to grow memory (or tables) past its cap.
     #[error("plugin {plugin}: MemoryLimit: {phase} exceeded the {limit_bytes}-byte memory cap")]
     MemoryLimit {
@@ -156,6 +170,7 @@ impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Error::Timeout { .. } => "Timeout",
+            Error::Budget { .. } => "BudgetExceeded",
             Error::MemoryLimit { .. } => "MemoryLimit",
             Error::Trap { .. } => "Trap",
             Error::InvalidOutput { .. } => "InvalidOutput",

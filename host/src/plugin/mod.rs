@@ -69,8 +69,8 @@ pub use output_check::Owner;
 pub use pod_policy::PodGrants;
 pub use sandbox::{CallScope, HostInputs, record_host_inputs};
 pub use set::{
-    CallOutcome, CallRecord, PluginFieldError, PluginSet, ReconcileOutput, StatusOutput,
-    ValidateBudget, ValidateOutput,
+    CallOutcome, CallRecord, PASS_BUDGET, PluginFieldError, PluginSet, ReconcileOutput,
+    StatusOutput, ValidateBudget, ValidateOutput,
 };
 pub use source::{
     FileError, NoObjects, ObjectSource, PluginSource, StaticObjects, read_component_file,

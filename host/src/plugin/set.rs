@@ -189,8 +189,70 @@ impl Default for PluginSet {
     }
 }
 
+/// The time all plugin calls of one pass for a TrainJob (enforce phases
+/// and build, every plugin) may take together, unless one plugin's own call
+/// deadline is longer (an administrator granted it): then that. A single
+/// call's default deadline is 1 s; a plugin that spins just under it in
+/// every phase would otherwise cost several seconds of a worker per
+/// reconcile, and never fail (so never back off).
+pub const PASS_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What remains of a pass's budget, and the cap of the next call.
+struct PassBudget {
+    start: std::time::Instant,
+    budget: std::time::Duration,
+}
+
+impl PassBudget {
+    fn new(serving: &[&LoadedPlugin]) -> Self {
+        let budget = serving
+            .iter()
+            .map(|p| p.call_timeout())
+            .fold(PASS_BUDGET, std::time::Duration::max);
+        PassBudget {
+            start: std::time::Instant::now(),
+            budget,
+        }
+    }
+
+    fn spent(&self, p: &LoadedPlugin, phase: Phase) -> Error {
+        Error::Budget {
+            plugin: p.name().to_owned(),
+            phase: phase.to_string(),
+            budget_ms: u64::try_from(self.budget.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// The cap of `p`'s next call, or the budget error when nothing
+    /// remains.
+    fn cap(&self, p: &LoadedPlugin, phase: Phase) -> Result<std::time::Duration, Error> {
+        let left = self.budget.saturating_sub(self.start.elapsed());
+        if left.is_zero() {
+            return Err(self.spent(p, phase));
+        }
+        Ok(left)
+    }
+
+    /// `r`, with a timeout the budget's cap caused (shorter than the
+    /// plugin's own deadline) reported as the budget's.
+    fn judge<T>(
+        &self,
+        p: &LoadedPlugin,
+        phase: Phase,
+        cap: std::time::Duration,
+        r: Result<T, Error>,
+    ) -> Result<T, Error> {
+        match r {
+            Err(Error::Timeout { .. }) if cap < p.call_timeout() => Err(self.spent(p, phase)),
+            other => other,
+        }
+    }
+}
+
 /// Apply `p`'s failure policy to `r`: `Ignore` turns an error into a
-/// logged warning (and `None`), `Fail` returns it.
+/// logged warning (and `None`), `Fail` returns it. A pass over its budget
+/// fails whatever the policy: the time is the TrainJob's, not the
+/// plugin's.
 fn per_policy<T>(
     p: &LoadedPlugin,
     phase: Phase,
@@ -199,6 +261,7 @@ fn per_policy<T>(
 ) -> Result<Option<T>, Error> {
     match r {
         Ok(v) => Ok(Some(v)),
+        Err(e @ Error::Budget { .. }) => Err(e),
         Err(e) if p.failure_policy() == FailurePolicy::Ignore => {
             let w = ignored_warning(p.name(), phase.as_str(), &e);
             tracing::warn!(plugin = %p.name(), phase = %phase, reason = e.reason(), error = %e, "plugin failure ignored (failurePolicy Ignore)");
@@ -306,6 +369,7 @@ impl PluginSet {
         let mut warnings = Vec::new();
         let mut last_info_writer: Option<&str> = None;
         let serving: Vec<&LoadedPlugin> = self.serving(&info.runtime_policy).collect();
+        let budget = PassBudget::new(&serving);
         for phase in [
             Phase::EnforceMlPolicy,
             Phase::EnforcePodGroupPolicy,
@@ -313,8 +377,14 @@ impl PluginSet {
             Phase::PreBuild,
         ] {
             for p in serving.iter().filter(|p| p.calls(phase)) {
-                let r = p
-                    .enforce(phase, &input, &scope)
+                let cap = budget.cap(p, phase)?;
+                let r = budget
+                    .judge(
+                        p,
+                        phase,
+                        cap,
+                        p.enforce_within(phase, &input, &scope, Some(cap)),
+                    )
                     .and_then(|m| contain_mutation(p, phase, &owner, &seen, m));
                 let Some((m, after)) = per_policy(p, phase, r, &mut warnings)? else {
                     continue;
@@ -332,8 +402,14 @@ impl PluginSet {
         let mut objects = Vec::new();
         let mut names: BTreeMap<(KindRef, String), String> = BTreeMap::new();
         for p in serving.iter().filter(|p| p.calls(Phase::Build)) {
-            let r = p
-                .build(&input, &owner)
+            let cap = budget.cap(p, Phase::Build)?;
+            let r = budget
+                .judge(
+                    p,
+                    Phase::Build,
+                    cap,
+                    p.build_within(&input, &owner, Some(cap)),
+                )
                 .and_then(|objs| contain_objects(p, &owner, &seen, &names, objs));
             if let Some(o) = per_policy(p, Phase::Build, r, &mut warnings)? {
                 for obj in &o {

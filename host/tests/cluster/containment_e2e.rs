@@ -751,6 +751,37 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
     .await;
     wait_warning(&fx.client, &ns, "sleeper", &["evil", "wait"]).await;
     during.push(normal_trainjob_completes(&fx, "after a sleeping plugin").await);
+    // One time budget per pass (2 s across plugins and phases): two plugins
+    // that each spin to their own 1.5 s deadline, ignored when they fail,
+    // would cost a worker 3 s every reconcile and never fail; the second
+    // is cut where the TrainJob's 2 s run out, and the pass fails.
+    for name in ["spin-a", "spin-b"] {
+        install(
+            &fx,
+            name,
+            &hostile_declaring(&json!({"name": name})),
+            json!({"limits": {"timeout": "1500ms"}, "failurePolicy": "Ignore"}),
+        )
+        .await;
+    }
+    for name in ["spin-a", "spin-b"] {
+        wait_ctp(&fx, name, true).await;
+    }
+    let mut spender = attacked(&ns, "spender", "spin-a", json!({"attack": "loop-enforce"}));
+    spender["metadata"]["annotations"]["hostile.trainforge.dev/spin-b"] =
+        json!(json!({"attack": "loop"}).to_string());
+    apply(&fx.client, &spender).await;
+    wait_warning(
+        &fx.client,
+        &ns,
+        "spender",
+        &["spin-b", "BudgetExceeded", "2000 ms"],
+    )
+    .await;
+    during.push(normal_trainjob_completes(&fx, "while a TrainJob spends its pass budget").await);
+    for name in ["spin-a", "spin-b"] {
+        uninstall(&fx, name).await;
+    }
     let slow = slow_to_compile_component(3000, 600);
     let started = Instant::now();
     install(&fx, "slowpoke", &slow, json!({})).await;

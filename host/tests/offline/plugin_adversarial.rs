@@ -1068,6 +1068,49 @@ fn baseline_changes_need_no_grant() {
 
 // ---------------------------------------------------- 6. time and memory
 
+/// One pass for a TrainJob has a time budget across every plugin and phase
+/// (`PASS_BUDGET`, 2 s): plugins that each spin to their own 700 ms
+/// deadline and are ignored on failure would otherwise cost a worker
+/// 3 × 700 ms and pass. The third call gets only what remains, is cut
+/// there, and the pass fails `BudgetExceeded` naming it, whatever its
+/// failure policy (then the TrainJob backs off).
+#[test]
+fn a_pass_has_one_time_budget_across_plugins_and_phases() {
+    let rt = PluginRuntime::new(RuntimeConfig {
+        limits: Limits {
+            timeout: Duration::from_millis(700),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .unwrap();
+    let spinner = |name: &str| {
+        let mut src = source(
+            Some(json!({"name": name})),
+            json!({"attack": "loop-enforce"}),
+        );
+        src.failure_policy = FailurePolicy::Ignore;
+        rt.load(src).unwrap()
+    };
+    let plugins = vec![spinner("spin-a"), spinner("spin-b"), spinner("spin-c")];
+    assert!(trainforge::plugin::PASS_BUDGET < Duration::from_millis(3 * 700));
+    let start = Instant::now();
+    let e = pipeline(plugins).unwrap_err();
+    let took = start.elapsed();
+    assert_eq!(e.reason(), "BudgetExceeded", "{e}");
+    assert!(
+        e.to_string().contains("spin-c") && e.to_string().contains("2000 ms"),
+        "{e}"
+    );
+    assert!(
+        took < trainforge::plugin::PASS_BUDGET + Duration::from_millis(500),
+        "cut at the budget: {took:?}"
+    );
+    // One such plugin alone stays within the budget: its timeout is
+    // ignored and the pass goes on.
+    pipeline(vec![spinner("spin-a")]).unwrap();
+}
+
 #[test]
 fn sleeping_ends_the_call_at_once() {
     let rt = short_deadline_runtime();
