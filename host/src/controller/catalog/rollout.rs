@@ -8,9 +8,10 @@
 //!   another `servingGeneration`, or never completed (a newer rollout
 //!   carries on an unfinished one: it re-renders every unfinished
 //!   TrainJob again);
-//! - a rollout with no unfinished TrainJob writes nothing (a plugin change
-//!   in a quiet cluster, or one full of finished TrainJobs, costs no
-//!   writes);
+//! - a rollout with no unfinished TrainJob is shown only where an earlier
+//!   rollout never completed (it completes it); elsewhere it writes nothing
+//!   (a plugin change in a quiet cluster, or one full of finished
+//!   TrainJobs, costs no writes);
 //! - writes go through the status subresource with this writer's own field
 //!   manager ([`FIELD_MANAGER`]), at most every [`WRITE_EVERY`] per
 //!   object, and the last counts (the completion) are always written;
@@ -65,12 +66,18 @@ pub const FIELD_MANAGER: &str = "trainforge-rollout";
 /// The shortest time between two writes of a rollout's counts.
 pub const WRITE_EVERY: Duration = Duration::from_secs(2);
 
-/// Whether a rollout is shown on a `ClusterTrainerPlugin` whose version of
-/// `serving_generation` serves and whose status is `status`.
-pub fn is_target(status: Option<&ClusterTrainerPluginStatus>, serving_generation: i64) -> bool {
+/// Whether a rollout (`empty`: of no TrainJob) is shown on a
+/// `ClusterTrainerPlugin` whose version of `serving_generation` serves and
+/// whose status is `status`.
+pub fn is_target(
+    status: Option<&ClusterTrainerPluginStatus>,
+    serving_generation: i64,
+    empty: bool,
+) -> bool {
     match status.and_then(|s| s.rollout.as_ref()) {
-        None => true,
-        Some(r) => r.serving_generation != serving_generation || r.completed_at.is_none(),
+        None => !empty,
+        Some(r) if r.completed_at.is_none() => true,
+        Some(r) => !empty && r.serving_generation != serving_generation,
     }
 }
 
@@ -108,11 +115,7 @@ pub async fn report(
             continue;
         };
         if current.as_ref().is_none_or(|(id, _)| *id != p.id) {
-            let objects = if p.train_jobs == 0 {
-                Vec::new()
-            } else {
-                targets(&api, &catalog).await
-            };
+            let objects = targets(&api, &catalog, p.train_jobs == 0).await;
             debug!(rollout = p.id, plugins = ?objects, "rollout shown on");
             current = Some((p.id, objects));
         }
@@ -129,24 +132,29 @@ pub async fn report(
     }
 }
 
-/// The serving `ClusterTrainerPlugin`s a new rollout is shown on, with
-/// their serving generation.
-async fn targets(api: &Api<ClusterTrainerPlugin>, catalog: &PluginCatalog) -> Vec<(String, i64)> {
+/// The serving `ClusterTrainerPlugin`s a new rollout (`empty`: of no
+/// TrainJob) is shown on, with their serving generation.
+async fn targets(
+    api: &Api<ClusterTrainerPlugin>,
+    catalog: &PluginCatalog,
+    empty: bool,
+) -> Vec<(String, i64)> {
     let mut found = Vec::new();
     for report in catalog.reports() {
         let Some(generation) = report.serving_generation else {
             continue;
         };
         match api.get_opt(&report.name).await {
-            Ok(Some(obj)) if is_target(obj.status.as_ref(), generation) => {
+            Ok(Some(obj)) if is_target(obj.status.as_ref(), generation, empty) => {
                 found.push((report.name, generation));
             }
-            Ok(_) => {}
-            // Unknown: show it (one more write at worst).
-            Err(e) => {
+            // Unknown: show it (one more write at worst), unless the
+            // rollout is empty.
+            Err(e) if !empty => {
                 warn!(plugin = %report.name, error = %e, "reading a ClusterTrainerPlugin for its rollout");
                 found.push((report.name, generation));
             }
+            Ok(_) | Err(_) => {}
         }
     }
     found
@@ -194,19 +202,22 @@ mod tests {
 
     #[test]
     fn a_rollout_is_shown_on_new_versions_and_on_unfinished_rollouts() {
-        assert!(is_target(None, 3), "no status yet");
-        assert!(is_target(Some(&status(None)), 3), "no rollout yet");
-        let done = status_of(&progress(0), 3);
+        assert!(is_target(None, 3, false), "no status yet");
+        assert!(is_target(Some(&status(None)), 3, false), "no rollout yet");
+        let done = status(Some(status_of(&progress(0), 3)));
+        assert!(!is_target(Some(&done), 3, false), "its own, complete");
+        assert!(is_target(Some(&done), 4, false), "a newer version");
+        let unfinished = status(Some(status_of(&progress(5), 3)));
         assert!(
-            !is_target(Some(&status(Some(done.clone()))), 3),
-            "its own, complete"
-        );
-        assert!(is_target(Some(&status(Some(done))), 4), "a newer version");
-        let unfinished = status_of(&progress(5), 3);
-        assert!(
-            is_target(Some(&status(Some(unfinished))), 3),
+            is_target(Some(&unfinished), 3, false),
             "a rollout that never completed"
         );
+        // A rollout of no TrainJob completes an unfinished one, and writes
+        // nowhere else.
+        assert!(is_target(Some(&unfinished), 3, true));
+        assert!(!is_target(None, 3, true));
+        assert!(!is_target(Some(&status(None)), 3, true));
+        assert!(!is_target(Some(&done), 4, true));
     }
 
     #[test]
