@@ -124,22 +124,60 @@ pub(crate) fn descriptor_from_wit(d: wit::Descriptor) -> Descriptor {
     }
 }
 
+/// Time spent inside guest calls, against a limit several calls share (the
+/// plugin calls of one pass for a TrainJob). Only instantiation and the
+/// call itself count, the span the call's own epoch deadline covers:
+/// preparing the code (compiling or mapping it the first time) is the
+/// host's time, not the plugin's. Not shared between threads: one pass
+/// runs on one.
+#[derive(Debug)]
+pub struct GuestBudget {
+    limit: Duration,
+    spent: std::cell::Cell<Duration>,
+}
+
+impl GuestBudget {
+    /// A budget of `limit`, nothing spent.
+    pub fn new(limit: Duration) -> Self {
+        GuestBudget {
+            limit,
+            spent: std::cell::Cell::new(Duration::ZERO),
+        }
+    }
+
+    /// The budget's limit.
+    pub fn limit(&self) -> Duration {
+        self.limit
+    }
+
+    /// What remains (zero when spent).
+    pub fn remaining(&self) -> Duration {
+        self.limit.saturating_sub(self.spent.get())
+    }
+
+    fn charge(&self, d: Duration) {
+        self.spent.set(self.spent.get().saturating_add(d));
+    }
+}
+
 /// Run `f` against a fresh instance with the plugin's limits and map every
 /// failure to an [`Error`] naming the plugin and phase. Also returns the
-/// instance's linear-memory high-water mark.
+/// instance's linear-memory high-water mark and the time from
+/// instantiation to the end of `f` (what the epoch deadline bounds).
 pub(crate) fn with_instance<R>(
     env: &CallEnv,
     phase: &str,
     scope: &CallScope,
     timeout: Duration,
     f: impl FnOnce(&mut Store<CallState>, &super::bindings::Plugin) -> wasmtime::Result<R>,
-) -> (Result<R, Error>, usize) {
+) -> (Result<R, Error>, usize, Duration) {
     let ctx = &env.ctx;
     let limits: Limits = ctx.limits;
     let pre = match env.code.pre() {
         Ok(pre) => pre,
-        Err(e) => return (Err(e), 0),
+        Err(e) => return (Err(e), 0, Duration::ZERO),
     };
+    let in_guest = Instant::now();
     let mut store = Store::new(
         &env.engine,
         CallState::new(ctx.clone(), env.objects.clone(), scope.clone()),
@@ -160,10 +198,12 @@ pub(crate) fn with_instance<R>(
                     ctx.name
                 ))),
                 high_water,
+                in_guest.elapsed(),
             );
         }
         Err(e) => Err(e),
     };
+    let in_guest = in_guest.elapsed();
     let high_water = store.data().limiter.high_water;
     let result = result.map_err(|e| {
         let state = store.data();
@@ -203,7 +243,7 @@ pub(crate) fn with_instance<R>(
             message,
         }
     });
-    (result, high_water)
+    (result, high_water, in_guest)
 }
 
 impl LoadedPlugin {
@@ -305,17 +345,19 @@ impl LoadedPlugin {
         f: impl FnOnce(&mut Store<CallState>, &super::bindings::Plugin) -> wasmtime::Result<R>,
         post: impl FnOnce(R) -> Result<T, Error>,
     ) -> Result<T, Error> {
-        self.call_within(phase, scope, None, f, post)
+        self.call_within(phase, scope, None, None, f, post)
     }
 
     /// [`LoadedPlugin::call`] with an optional cap on the call's time: the
-    /// call's deadline is the smaller of the plugin's own time limit and
-    /// `cap` (a cap never lengthens a call).
+    /// call's deadline is the smaller of the plugin's own time limit, `cap`
+    /// and what remains of `budget` (neither lengthens a call); the time
+    /// spent in the guest is charged to `budget`.
     fn call_within<R, T>(
         &self,
         phase: &str,
         scope: &CallScope,
         cap: Option<Duration>,
+        budget: Option<&GuestBudget>,
         f: impl FnOnce(&mut Store<CallState>, &super::bindings::Plugin) -> wasmtime::Result<R>,
         post: impl FnOnce(R) -> Result<T, Error>,
     ) -> Result<T, Error> {
@@ -323,8 +365,15 @@ impl LoadedPlugin {
         let span = tracing::debug_span!("plugin_call", plugin = %i.descriptor.name, phase = %phase);
         let _enter = span.enter();
         let start = Instant::now();
+        let cap = match (cap, budget) {
+            (Some(c), Some(b)) => Some(c.min(b.remaining())),
+            (c, b) => c.or(b.map(GuestBudget::remaining)),
+        };
         let timeout = effective_timeout(i.env.ctx.limits.timeout, cap);
-        let (r, high_water) = with_instance(&i.env, phase, scope, timeout, f);
+        let (r, high_water, in_guest) = with_instance(&i.env, phase, scope, timeout, f);
+        if let Some(b) = budget {
+            b.charge(in_guest);
+        }
         let r = r.and_then(post);
         let elapsed = start.elapsed();
         match &r {
@@ -384,15 +433,16 @@ impl LoadedPlugin {
         self.enforce_within(phase, input, scope, None)
     }
 
-    /// [`LoadedPlugin::enforce`] within `cap`: the call gets the smaller of
-    /// the plugin's own time limit and `cap` (a pass gives each call what
-    /// remains of its budget). `None` is the plugin's own limit.
+    /// [`LoadedPlugin::enforce`] within `budget`: the call gets the smaller
+    /// of the plugin's own time limit and what remains of `budget`, and its
+    /// time in the guest is charged to it (a pass's plugin calls share
+    /// one). `None` is the plugin's own limit.
     pub fn enforce_within(
         &self,
         phase: Phase,
         input: &PhaseInput,
         scope: &CallScope,
-        cap: Option<Duration>,
+        budget: Option<&GuestBudget>,
     ) -> Result<Mutation, Error> {
         let wit_input = wit::PhaseInput {
             trainjob: input.trainjob.clone(),
@@ -402,7 +452,8 @@ impl LoadedPlugin {
         self.call_within(
             phase.as_str(),
             scope,
-            cap,
+            None,
+            budget,
             |store, p| {
                 let g = p.trainforge_plugin_guest();
                 match phase {
@@ -455,13 +506,13 @@ impl LoadedPlugin {
         self.build_within(input, owner, None)
     }
 
-    /// [`LoadedPlugin::build`] within `cap` (as
+    /// [`LoadedPlugin::build`] within `budget` (as
     /// [`LoadedPlugin::enforce_within`]).
     pub fn build_within(
         &self,
         input: &PhaseInput,
         owner: &Owner,
-        cap: Option<Duration>,
+        budget: Option<&GuestBudget>,
     ) -> Result<Vec<Value>, Error> {
         let wit_input = wit::PhaseInput {
             trainjob: input.trainjob.clone(),
@@ -471,7 +522,8 @@ impl LoadedPlugin {
         self.call_within(
             "build",
             &CallScope::of(owner),
-            cap,
+            None,
+            budget,
             |store, p| p.trainforge_plugin_guest().call_build(store, &wit_input),
             |r| {
                 let raw = r.map_err(|e| self.expected(Phase::Build, e))?;
@@ -506,6 +558,7 @@ impl LoadedPlugin {
             "validate",
             scope,
             cap,
+            None,
             |store, p| p.trainforge_plugin_guest().call_validate(store, &wit_input),
             |r| {
                 let v = r.map_err(|e| self.expected(Phase::Validate, e))?;

@@ -296,7 +296,7 @@ impl PluginRuntime {
         let start = std::time::Instant::now();
         // `describe` must be pure and cheap: a short deadline whatever the
         // configured call limit, and no TrainJob scope.
-        let (described, high_water) = with_instance(
+        let (described, high_water, _) = with_instance(
             &boot,
             "describe",
             &CallScope::default(),

@@ -57,7 +57,7 @@ mod set;
 mod source;
 
 pub use cache::{CacheOutcome, sha256_hex};
-pub use call::{LoadedPlugin, PhaseInput, ValidateInput};
+pub use call::{GuestBudget, LoadedPlugin, PhaseInput, ValidateInput};
 pub use compile::{CompileLimits, Compiler};
 pub use descriptor::wit_compatible;
 pub use engine::{Limits, RuntimeConfig, run_compile_worker};

@@ -29,7 +29,7 @@
 
 use super::Error;
 use super::FailurePolicy;
-use super::call::{LoadedPlugin, PhaseInput, ValidateInput};
+use super::call::{GuestBudget, LoadedPlugin, PhaseInput, ValidateInput};
 use super::observe::ignored_warning;
 use super::output_check::{Owner, describe};
 use super::pod_policy::{Privilege, privileges};
@@ -197,10 +197,11 @@ impl Default for PluginSet {
 /// reconcile, and never fail (so never back off).
 pub const PASS_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// What remains of a pass's budget, and the cap of the next call.
+/// A pass's budget: the time its plugin calls spend in the guest (see
+/// [`GuestBudget`]: preparing the code is not counted), and the error
+/// of a call that finds nothing left or was cut short by it.
 struct PassBudget {
-    start: std::time::Instant,
-    budget: std::time::Duration,
+    guest: GuestBudget,
 }
 
 impl PassBudget {
@@ -210,8 +211,7 @@ impl PassBudget {
             .map(|p| p.call_timeout())
             .fold(PASS_BUDGET, std::time::Duration::max);
         PassBudget {
-            start: std::time::Instant::now(),
-            budget,
+            guest: GuestBudget::new(budget),
         }
     }
 
@@ -219,18 +219,22 @@ impl PassBudget {
         Error::Budget {
             plugin: p.name().to_owned(),
             phase: phase.to_string(),
-            budget_ms: u64::try_from(self.budget.as_millis()).unwrap_or(u64::MAX),
+            budget_ms: u64::try_from(self.guest.limit().as_millis()).unwrap_or(u64::MAX),
         }
     }
 
-    /// The cap of `p`'s next call, or the budget error when nothing
-    /// remains.
-    fn cap(&self, p: &LoadedPlugin, phase: Phase) -> Result<std::time::Duration, Error> {
-        let left = self.budget.saturating_sub(self.start.elapsed());
+    /// The budget for `p`'s next call, or the budget error when nothing
+    /// remains. Also returns the call's cap (what remained at its start).
+    fn cap(
+        &self,
+        p: &LoadedPlugin,
+        phase: Phase,
+    ) -> Result<(&GuestBudget, std::time::Duration), Error> {
+        let left = self.guest.remaining();
         if left.is_zero() {
             return Err(self.spent(p, phase));
         }
-        Ok(left)
+        Ok((&self.guest, left))
     }
 
     /// `r`, with a timeout the budget's cap caused (shorter than the
@@ -377,13 +381,13 @@ impl PluginSet {
             Phase::PreBuild,
         ] {
             for p in serving.iter().filter(|p| p.calls(phase)) {
-                let cap = budget.cap(p, phase)?;
+                let (guest, cap) = budget.cap(p, phase)?;
                 let r = budget
                     .judge(
                         p,
                         phase,
                         cap,
-                        p.enforce_within(phase, &input, &scope, Some(cap)),
+                        p.enforce_within(phase, &input, &scope, Some(guest)),
                     )
                     .and_then(|m| contain_mutation(p, phase, &owner, &seen, m));
                 let Some((m, after)) = per_policy(p, phase, r, &mut warnings)? else {
@@ -402,13 +406,13 @@ impl PluginSet {
         let mut objects = Vec::new();
         let mut names: BTreeMap<(KindRef, String), String> = BTreeMap::new();
         for p in serving.iter().filter(|p| p.calls(Phase::Build)) {
-            let cap = budget.cap(p, Phase::Build)?;
+            let (guest, cap) = budget.cap(p, Phase::Build)?;
             let r = budget
                 .judge(
                     p,
                     Phase::Build,
                     cap,
-                    p.build_within(&input, &owner, Some(cap)),
+                    p.build_within(&input, &owner, Some(guest)),
                 )
                 .and_then(|objs| contain_objects(p, &owner, &seen, &names, objs));
             if let Some(o) = per_policy(p, Phase::Build, r, &mut warnings)? {
