@@ -162,6 +162,7 @@ pub struct Metrics {
     swap_trainjobs: Counter,
     swap_rerendered: Counter,
     swap_remaining: Gauge,
+    reconciles_waiting: Gauge,
     jobset_ready: Histogram,
     plugin_calls: Family<PluginPhaseLabels, Counter>,
     plugin_call_duration: HistogramFamily<PluginPhaseLabels>,
@@ -247,6 +248,12 @@ impl Metrics {
             "trainforge_plugin_swap_remaining_trainjobs",
             "TrainJobs the latest change of the plugin set in service has still to re-render",
             swap_remaining.clone(),
+        );
+        let reconciles_waiting = Gauge::default();
+        registry.register(
+            "trainforge_trainjob_reconciles_waiting",
+            "TrainJob reconciles queued for a turn (turns go round-robin across namespaces)",
+            reconciles_waiting.clone(),
         );
         let jobset_ready = Histogram::new(exponential_buckets(0.05, 2.0, 14));
         registry.register(
@@ -346,6 +353,7 @@ impl Metrics {
             swap_trainjobs,
             swap_rerendered,
             swap_remaining,
+            reconciles_waiting,
             jobset_ready,
             plugin_calls,
             plugin_call_duration,
@@ -426,6 +434,12 @@ impl Metrics {
     /// re-render.
     pub fn swap_remaining(&self, n: usize) {
         self.swap_remaining
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Set the TrainJob reconciles waiting for a turn.
+    pub fn reconciles_waiting(&self, n: usize) {
+        self.reconciles_waiting
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 

@@ -20,6 +20,12 @@ pub const MAX_OBJECTS_PER_CALL: usize = 64;
 /// Bytes of one emitted object (JSON); the API server stores at most ~1.5 MB.
 pub const MAX_OBJECT_BYTES: usize = 1 << 20;
 
+/// Bytes of every object the plugins of one pass emit for a TrainJob
+/// together (JSON), unless one of its plugins was granted a larger output
+/// bound: then that. Each call's output is bounded on its own; without this
+/// a TrainJob served by many plugins could emit all their bounds.
+pub const MAX_TRAINJOB_OBJECT_BYTES: usize = 8 << 20;
+
 /// Admission warnings one `validate` call may return.
 pub const MAX_WARNINGS: usize = 64;
 
@@ -121,6 +127,24 @@ pub fn sanitize(text: &str, max: usize) -> String {
 /// [`sanitize`] with [`MAX_MESSAGE_BYTES`].
 pub fn message(text: &str) -> String {
     sanitize(text, MAX_MESSAGE_BYTES)
+}
+
+/// The size of `v` as JSON, counted without building the text.
+pub fn json_len(v: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    // Writing a `Value` into a sink that cannot fail does not fail.
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
 }
 
 #[cfg(test)]

@@ -273,6 +273,12 @@ impl LoadedPlugin {
         self.inner.env.ctx.limits.timeout
     }
 
+    /// The bound on one call's output (the runtime's default or the
+    /// plugin's own limit).
+    pub fn max_output_bytes(&self) -> usize {
+        self.inner.env.ctx.limits.max_output_bytes
+    }
+
     /// The configured failure policy.
     pub fn failure_policy(&self) -> FailurePolicy {
         self.inner.failure_policy

@@ -253,6 +253,32 @@ impl PassBudget {
     }
 }
 
+/// The bytes of a pass's objects with `p`'s `objs` added to the
+/// `before` emitted by the plugins before it, or the refusal of `p`'s
+/// objects when that passes `max` (see
+/// [`super::bounded::MAX_TRAINJOB_OBJECT_BYTES`]).
+fn within_total(
+    p: &LoadedPlugin,
+    objs: &[Value],
+    before: usize,
+    max: usize,
+) -> Result<usize, Error> {
+    let total = objs
+        .iter()
+        .map(super::bounded::json_len)
+        .fold(before, usize::saturating_add);
+    if total > max {
+        return Err(Error::invalid_output(
+            p.name(),
+            Phase::Build,
+            format!(
+                "its objects bring this TrainJob's to {total} bytes, more than the {max} bytes all plugins may emit for one TrainJob"
+            ),
+        ));
+    }
+    Ok(total)
+}
+
 /// Apply `p`'s failure policy to `r`: `Ignore` turns an error into a
 /// logged warning (and `None`), `Fail` returns it. A pass over its budget
 /// fails whatever the policy: the time is the TrainJob's, not the
@@ -405,6 +431,11 @@ impl PluginSet {
         }
         let mut objects = Vec::new();
         let mut names: BTreeMap<(KindRef, String), String> = BTreeMap::new();
+        let max_bytes = serving
+            .iter()
+            .map(|p| p.max_output_bytes())
+            .fold(super::bounded::MAX_TRAINJOB_OBJECT_BYTES, usize::max);
+        let mut bytes = 0usize;
         for p in serving.iter().filter(|p| p.calls(Phase::Build)) {
             let (guest, cap) = budget.cap(p, Phase::Build)?;
             let r = budget
@@ -414,8 +445,10 @@ impl PluginSet {
                     cap,
                     p.build_within(&input, &owner, Some(guest)),
                 )
-                .and_then(|objs| contain_objects(p, &owner, &seen, &names, objs));
-            if let Some(o) = per_policy(p, Phase::Build, r, &mut warnings)? {
+                .and_then(|objs| contain_objects(p, &owner, &seen, &names, objs))
+                .and_then(|objs| within_total(p, &objs, bytes, max_bytes).map(|n| (objs, n)));
+            if let Some((o, n)) = per_policy(p, Phase::Build, r, &mut warnings)? {
+                bytes = n;
                 for obj in &o {
                     names.insert(object_name(obj), p.name().to_owned());
                 }

@@ -27,7 +27,13 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
-use trainforge::controller::trainjob::apply::{AppliedMemo, FIELD_MANAGER, Outcome, apply};
+use trainforge::controller::trainjob::apply::{AppliedMemo, FIELD_MANAGER, Ledger, Outcome, apply};
+use trainforge::controller::trainjob::write_budget::WriteBudget;
+
+/// What `apply` remembers in `memo`, with no write budget.
+fn ledger<'a>(memo: &'a AppliedMemo, writes: &'a WriteBudget) -> Ledger<'a> {
+    Ledger { memo, writes }
+}
 use trainforge_testenv::Mode;
 
 use crate::operator_common::{
@@ -106,9 +112,18 @@ async fn removals_are_applied_and_unchanged_objects_are_not_written() {
     // Created with a nodeSelector and a label.
     let first = deployment(&ns, &owner, Some(selector.clone()), false);
     let memo = AppliedMemo::default();
-    let out = apply(&client, &resource, true, &first, None, &uid, &memo)
-        .await
-        .unwrap();
+    let writes = WriteBudget::new(0);
+    let out = apply(
+        &client,
+        &resource,
+        true,
+        &first,
+        None,
+        &uid,
+        ledger(&memo, &writes),
+    )
+    .await
+    .unwrap();
     assert!(
         out.1.as_ref().is_some_and(|o| o.metadata.uid.is_some()),
         "a written object comes back as the API server stored it"
@@ -140,7 +155,7 @@ async fn removals_are_applied_and_unchanged_objects_are_not_written() {
         &first,
         Some(&live),
         &uid,
-        &AppliedMemo::default(),
+        ledger(&AppliedMemo::default(), &writes),
     )
     .await
     .unwrap()
@@ -155,10 +170,18 @@ async fn removals_are_applied_and_unchanged_objects_are_not_written() {
     // The nodeSelector and a label are dropped from the desired object:
     // written, and gone from the live object; the other manager's stay.
     let second = deployment(&ns, &owner, None, true);
-    let out = apply(&client, &resource, true, &second, Some(&live), &uid, &memo)
-        .await
-        .unwrap()
-        .0;
+    let out = apply(
+        &client,
+        &resource,
+        true,
+        &second,
+        Some(&live),
+        &uid,
+        ledger(&memo, &writes),
+    )
+    .await
+    .unwrap()
+    .0;
     assert_eq!(out, Outcome::Updated);
     let live = get().await;
     let json = serde_json::to_value(&live).unwrap();
@@ -183,10 +206,18 @@ async fn removals_are_applied_and_unchanged_objects_are_not_written() {
     // And that is stable: applying it again (memo or not) writes nothing.
     let rv = live.metadata.resource_version.clone();
     for memo in [&memo, &AppliedMemo::default()] {
-        let out = apply(&client, &resource, true, &second, Some(&live), &uid, memo)
-            .await
-            .unwrap()
-            .0;
+        let out = apply(
+            &client,
+            &resource,
+            true,
+            &second,
+            Some(&live),
+            &uid,
+            ledger(memo, &writes),
+        )
+        .await
+        .unwrap()
+        .0;
         assert_eq!(out, Outcome::Unchanged);
     }
     assert_eq!(get().await.metadata.resource_version, rv, "nothing written");
@@ -200,10 +231,18 @@ async fn removals_are_applied_and_unchanged_objects_are_not_written() {
     .await
     .unwrap();
     let live = get().await;
-    let out = apply(&client, &resource, true, &second, Some(&live), &uid, &memo)
-        .await
-        .unwrap()
-        .0;
+    let out = apply(
+        &client,
+        &resource,
+        true,
+        &second,
+        Some(&live),
+        &uid,
+        ledger(&memo, &writes),
+    )
+    .await
+    .unwrap()
+    .0;
     assert_eq!(out, Outcome::Updated);
     let live = get().await;
     assert_eq!(

@@ -49,6 +49,9 @@ struct Fx {
 
 /// Install RBAC, plugins and the runtime; start the operator as its
 /// ServiceAccount.
+/// This operator's `--namespace-write-mib-per-minute`.
+const WRITE_MIB_PER_MINUTE: u64 = 8;
+
 async fn setup() -> Option<Fx> {
     let env = trainforge_testenv::require!(Mode::Full)?;
     let client = env.client().await.unwrap();
@@ -83,6 +86,8 @@ async fn setup() -> Option<Fx> {
             "30",
             "--plugin-compile-timeout-seconds",
             &timeout,
+            "--namespace-write-mib-per-minute",
+            &WRITE_MIB_PER_MINUTE.to_string(),
         ],
         &kubeconfig,
     );
@@ -779,9 +784,129 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
     )
     .await;
     during.push(normal_trainjob_completes(&fx, "while a TrainJob spends its pass budget").await);
+    // Fair turns: one namespace queues HOGS TrainJobs whose every pass
+    // spends 1.5 s (spin-a to its deadline, ignored); first come, first
+    // served, another team's TrainJob created just after them would wait
+    // for HOGS × 1.5 s ÷ 5 workers (12 s) before its first pass. Turns go
+    // round-robin across namespaces: it waits one pass at most.
+    const HOGS: usize = 40;
+    let hogs = fx.env.create_namespace("hogs").await.unwrap();
+    futures::future::join_all((0..HOGS).map(|i| {
+        let tj = attacked(
+            &hogs,
+            &format!("hog-{i}"),
+            "spin-a",
+            json!({"attack": "loop-enforce"}),
+        );
+        let client = fx.client.clone();
+        async move { apply(&client, &tj).await }
+    }))
+    .await;
+    let quiet = fx.env.create_namespace("quiet").await.unwrap();
+    let started = Instant::now();
+    apply(
+        &fx.client,
+        &trainjob_object(
+            &quiet,
+            "mine",
+            "torch-distributed",
+            json!({"trainer": {"numNodes": 1}}),
+        ),
+    )
+    .await;
+    eventually("the quiet team's JobSet", TIMEOUT, || async {
+        get(&fx.client, JOBSET, "JobSet", Some(&quiet), "mine").await
+    })
+    .await;
+    let waited = started.elapsed();
+    let hogs_built = list_all(&fx, JOBSET, "JobSet", &hogs).await.len();
+    step(&format!(
+        "fair turns: the quiet team's JobSet {:.2}s after its create, {hogs_built} of {HOGS} spinning TrainJobs built by then",
+        waited.as_secs_f64()
+    ));
+    assert!(
+        hogs_built < HOGS / 2,
+        "the hogs' backlog was there when the quiet team's TrainJob came ({hogs_built} of {HOGS} built)"
+    );
+    assert!(
+        waited < Duration::from_secs(6),
+        "the quiet team's TrainJob waited {waited:?} behind another namespace's backlog"
+    );
+    delete(&fx.client, "v1", "Namespace", None, &hogs).await;
     for name in ["spin-a", "spin-b"] {
         uninstall(&fx, name).await;
     }
+    // Bytes a minute per namespace: a plugin chosen by the TrainJobs' own
+    // annotation emits six ConfigMaps of 900 kB for each (every bound of a
+    // call and of a TrainJob holds); the namespace writes its 8 MiB of the
+    // minute, a TrainJob that has more to write is Blocked naming the
+    // budget, and another team's TrainJob completes meanwhile.
+    install(
+        &fx,
+        "filler",
+        &hostile_declaring(&json!({"name": "filler"})),
+        json!({}),
+    )
+    .await;
+    wait_ctp(&fx, "filler", true).await;
+    let writer = fx.env.create_namespace("writer").await.unwrap();
+    let started = Instant::now();
+    const FILLERS: usize = 4;
+    const BLOB: u64 = 900_000;
+    for i in 0..FILLERS {
+        apply(
+            &fx.client,
+            &attacked(
+                &writer,
+                &format!("fill-{i}"),
+                "filler",
+                json!({"attack": "fill", "objects": 6, "bytes": BLOB}),
+            ),
+        )
+        .await;
+    }
+    let message = eventually(
+        "a TrainJob blocked by its namespace's write budget",
+        TIMEOUT,
+        || async {
+            for i in 0..FILLERS {
+                let tj = trainjob(&fx.client, &writer, &format!("fill-{i}")).await?;
+                if let Some(c) = condition(&tj, "Blocked")
+                    && c["status"] == "True"
+                    && c["reason"] == "WriteRateLimited"
+                {
+                    return c["message"].as_str().map(str::to_owned);
+                }
+            }
+            None
+        },
+    )
+    .await;
+    let budget = WRITE_MIB_PER_MINUTE << 20;
+    assert!(
+        message.contains(&format!("namespace {writer}")) && message.contains(&budget.to_string()),
+        "{message}"
+    );
+    let written: u64 = list_all(&fx, "v1", "ConfigMap", &writer)
+        .await
+        .iter()
+        .filter_map(|c| c["data"]["blob"].as_str())
+        .map(|b| b.len() as u64)
+        .sum();
+    let elapsed = started.elapsed().as_secs_f64();
+    // The budget, its refill meanwhile, and at most one object over it
+    // per reconcile running at once (5).
+    let bound = budget + (budget as f64 * elapsed / 60.0) as u64 + 5 * BLOB;
+    step(&format!(
+        "write budget: {written} bytes of ConfigMaps in {elapsed:.1}s (bound {bound}), then: {message}"
+    ));
+    assert!(
+        written >= BLOB && written <= bound,
+        "{written} bytes written in {elapsed:.1}s, more than {bound}"
+    );
+    during.push(normal_trainjob_completes(&fx, "while a namespace is over its write budget").await);
+    delete(&fx.client, "v1", "Namespace", None, &writer).await;
+    uninstall(&fx, "filler").await;
     let slow = slow_to_compile_component(3000, 600);
     let started = Instant::now();
     install(&fx, "slowpoke", &slow, json!({})).await;

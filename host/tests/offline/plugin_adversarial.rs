@@ -1111,6 +1111,53 @@ fn a_pass_has_one_time_budget_across_plugins_and_phases() {
     pipeline(vec![spinner("spin-a")]).unwrap();
 }
 
+/// Every call's output is bounded; a TrainJob's objects are bounded across
+/// its plugins too: the plugin whose objects pass the total is refused
+/// (its own failure, under its own policy), whatever came before it.
+#[test]
+fn a_trainjobs_objects_are_bounded_across_plugins() {
+    let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
+    let filler = |name: &str, policy: FailurePolicy| {
+        let objs: Vec<Value> = (0..6)
+            .map(|i| {
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("job-{name}-{i}")},
+                    "data": {"blob": "x".repeat(900 << 10)}})
+            })
+            .collect();
+        let mut src = source(Some(json!({"name": name})), json!({"emit": objs}));
+        src.failure_policy = policy;
+        rt.load(src).unwrap()
+    };
+    let out = pipeline(vec![filler("fill-a", FailurePolicy::Fail)]).unwrap();
+    assert_eq!(out.objects.len(), 6, "one plugin's 5.3 MiB alone is fine");
+    let e = pipeline(vec![
+        filler("fill-a", FailurePolicy::Fail),
+        filler("fill-b", FailurePolicy::Fail),
+    ])
+    .unwrap_err();
+    assert_eq!(e.reason(), "InvalidOutput", "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("fill-b") && text.contains(&bounded::MAX_TRAINJOB_OBJECT_BYTES.to_string()),
+        "{text}"
+    );
+    // Ignored: the pass goes on without the second plugin's objects.
+    let out = pipeline(vec![
+        filler("fill-a", FailurePolicy::Fail),
+        filler("fill-b", FailurePolicy::Ignore),
+    ])
+    .unwrap();
+    assert_eq!(out.objects.len(), 6);
+    assert!(
+        out.objects.iter().all(|o| o["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("job-fill-a")),
+        "only the first plugin's objects"
+    );
+}
+
 #[test]
 fn sleeping_ends_the_call_at_once() {
     let rt = short_deadline_runtime();

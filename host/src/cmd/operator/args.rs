@@ -37,9 +37,15 @@ pub struct OperatorArgs {
     /// Reconcile every TrainJob at least this often (seconds).
     #[arg(long, default_value_t = 600)]
     pub resync_seconds: u64,
-    /// TrainJobs reconciled at once.
+    /// TrainJobs reconciled at once (turns go round-robin across
+    /// namespaces).
     #[arg(long, default_value_t = 5)]
     pub concurrency: u16,
+    /// MiB of objects the TrainJobs of one namespace may write a minute
+    /// (0: unlimited); a TrainJob over it is `Blocked`
+    /// (`WriteRateLimited`) until its namespace's budget allows.
+    #[arg(long, default_value_t = 32)]
+    pub namespace_write_mib_per_minute: u64,
     /// Changes of a TrainJob's child objects (its JobSet's status, …)
     /// within this many milliseconds trigger one reconcile, so one status
     /// write (0: one per change); the change that makes a JobSet's jobs all

@@ -32,6 +32,7 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 
+use super::write_budget::{Exhausted, WriteBudget};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
@@ -78,6 +79,19 @@ pub enum ApplyError {
         /// Name.
         name: String,
     },
+    /// The namespace's write budget is spent: nothing was written
+    /// ([`super::write_budget`]).
+    #[error("{kind} {namespace}/{name} not written: {source}")]
+    Throttled {
+        /// Kind.
+        kind: String,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// The empty bucket.
+        source: Exhausted,
+    },
     /// The API server refused it.
     #[error("applying {kind} {namespace}/{name}: {source}")]
     Api {
@@ -90,6 +104,16 @@ pub enum ApplyError {
         /// The API error.
         source: kube::Error,
     },
+}
+
+/// What [`apply`] remembers and charges: the last state applied per
+/// object, and the bytes each namespace writes.
+#[derive(Debug, Clone, Copy)]
+pub struct Ledger<'a> {
+    /// The last desired state applied per object.
+    pub memo: &'a AppliedMemo,
+    /// Bytes a minute per namespace.
+    pub writes: &'a WriteBudget,
 }
 
 /// What happened to one object.
@@ -411,8 +435,9 @@ pub async fn apply(
     object: &Value,
     live: Option<&DynamicObject>,
     owner_uid: &str,
-    memo: &AppliedMemo,
+    ledger: Ledger<'_>,
 ) -> Result<(Outcome, Option<DynamicObject>), ApplyError> {
+    let memo = ledger.memo;
     let name = object
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -479,6 +504,15 @@ pub async fn apply(
             .await
         }
     };
+    ledger
+        .writes
+        .check(namespace)
+        .map_err(|source| ApplyError::Throttled {
+            kind: kind.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            source,
+        })?;
     debug!(%kind, %namespace, %name, exists = live.is_some(), "server-side apply");
     let (applied, outcome) = match live.and_then(|l| l.metadata.uid.as_deref()) {
         Some(uid) => (
@@ -509,6 +543,9 @@ pub async fn apply(
             Err(e) => return Err(api_error(e)),
         },
     };
+    ledger
+        .writes
+        .charge(namespace, crate::plugin::bounded::json_len(object));
     memo.record(object, applied.metadata.resource_version.clone());
     Ok((outcome, Some(applied)))
 }

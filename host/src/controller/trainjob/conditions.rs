@@ -65,6 +65,9 @@ pub const REASON_PLUGIN_FAILED: &str = "PluginFailed";
 pub const REASON_BUILD_REFUSED: &str = "BuildRefused";
 /// `Blocked` reason: the API server refused an object.
 pub const REASON_APPLY_FAILED: &str = "ApplyFailed";
+/// `Blocked` reason: the namespace wrote its bytes of the minute
+/// ([`super::write_budget`]); retried when its budget allows.
+pub const REASON_WRITE_RATE_LIMITED: &str = "WriteRateLimited";
 /// `Failed` reason: the TrainJob (or its runtime) is invalid and was never
 /// built.
 pub const REASON_INVALID_TRAINJOB: &str = "InvalidTrainJob";

@@ -98,6 +98,9 @@ pub struct Settings {
     /// Changes of a TrainJob's child objects within this period trigger
     /// one reconcile (see [`batch`]); zero reconciles on every change.
     pub child_batch: Duration,
+    /// Bytes of objects each namespace's TrainJobs may write a minute
+    /// ([`super::write_budget`]); zero: unlimited.
+    pub write_bytes_per_minute: u64,
 }
 
 impl Default for Settings {
@@ -107,6 +110,7 @@ impl Default for Settings {
             concurrency: 5,
             namespace: None,
             child_batch: batch::DEFAULT_PERIOD,
+            write_bytes_per_minute: super::write_budget::DEFAULT_PER_MINUTE,
         }
     }
 }
@@ -125,6 +129,9 @@ pub struct Context {
     pub recorder: Recorder,
     /// What was applied last, for no-op detection.
     pub memo: apply::AppliedMemo,
+    /// Bytes each namespace's TrainJobs may write a minute
+    /// ([`super::write_budget`]).
+    pub writes: super::write_budget::WriteBudget,
     /// Each TrainJob's last render, reused while nothing it depends on
     /// changes.
     pub renders: render_memo::RenderMemo,
@@ -176,6 +183,7 @@ impl Context {
             metrics,
             recorder,
             memo: apply::AppliedMemo::default(),
+            writes: super::write_budget::WriteBudget::new(settings.write_bytes_per_minute),
             renders: render_memo::RenderMemo::default(),
             snapshots: snapshot::ParsedSnapshots::default(),
             failures: Mutex::new(HashMap::new()),

@@ -19,6 +19,7 @@ use trainforge_api::trainer::v1alpha1::TrainJob;
 
 use super::batch;
 use super::context::{Context, NO_PLUGINS_RETRY};
+use super::fair::FairGate;
 use super::reconcile::{self, ReconcileError};
 
 /// Prune [`Context`] state every resync period until `shutdown`.
@@ -47,6 +48,10 @@ async fn prune_periodically(
 /// TrainJobs on a policy no plugin serves cost 431 reconciles a second.)
 fn error_policy(job: Arc<TrainJob>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     let mut wait = ctx.backoff(&job);
+    if let ReconcileError::Apply(super::apply::ApplyError::Throttled { source, .. }) = error {
+        // Not a failure of the TrainJob: back when the budget allows.
+        wait = source.retry_in.max(Duration::from_secs(1));
+    }
     if error.waits_for_plugins() {
         ctx.wait_for_plugins(&job);
         wait = wait.min(NO_PLUGINS_RETRY);
@@ -168,6 +173,34 @@ fn reconciled_state(job: &TrainJob) -> Option<u64> {
     Some(h.finish())
 }
 
+/// Reconcile `job` once it has a fair turn ([`FairGate`]), as the cache
+/// holds it then (the wait may have been long): gone by then, nothing to
+/// do. A reconcile still waiting at `shutdown` gives up (the controller's
+/// graceful shutdown waits only for the ones running).
+async fn in_turn(
+    gate: FairGate,
+    store: Store<TrainJob>,
+    shutdown: CancellationToken,
+    job: Arc<TrainJob>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let key = ObjectRef::from_obj(job.as_ref());
+    let turn = gate.turn(key.namespace.as_deref().unwrap_or_default());
+    ctx.metrics.reconciles_waiting(gate.waiting());
+    let _turn = tokio::select! {
+        t = turn => t,
+        () = shutdown.cancelled() => return Ok(Action::await_change()),
+    };
+    ctx.metrics.reconciles_waiting(gate.waiting());
+    let Some(job) = store.get(&key) else {
+        ctx.rollouts
+            .record(&key, super::rollout::Attempt::NotNeeded);
+        return Ok(Action::await_change());
+    };
+    // Boxed: a waiting reconcile holds only this function's small state.
+    Box::pin(reconcile::reconcile(job, ctx)).await
+}
+
 /// Run the TrainJob controller until `shutdown`. `triggers` carries the
 /// TrainJobs whose child objects changed (from [`ObjectCache`](super::ObjectCache)), batched
 /// by `settings.child_batch` ([`batch`]).
@@ -215,7 +248,10 @@ pub async fn run(
         batch::batched(triggers, ctx.settings.child_batch),
         receive(wake_rx),
     );
-    let config = ControllerConfig::default().concurrency(ctx.settings.concurrency);
+    // Every queued reconcile starts at once and waits for a fair turn
+    // (`fair`): `concurrency` run, round-robin across namespaces.
+    let config = ControllerConfig::default().concurrency(0);
+    let gate = FairGate::new(usize::from(ctx.settings.concurrency));
     info!(
         concurrency = ctx.settings.concurrency,
         "TrainJob controller starting"
@@ -234,10 +270,16 @@ pub async fn run(
         controller.store(),
         shutdown.clone(),
     ));
+    let store = controller.store();
+    let stopping = shutdown.clone();
     controller
         .reconcile_on(triggers)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile::reconcile, error_policy, ctx.clone())
+        .run(
+            move |job, ctx| in_turn(gate.clone(), store.clone(), stopping.clone(), job, ctx),
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(|result| {
             // Queued (by a swap, say), then deleted before its turn.
             if let Err(kube::runtime::controller::Error::ObjectNotFound(r)) = result {

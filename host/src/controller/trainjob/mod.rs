@@ -35,6 +35,7 @@ mod context;
 mod controller;
 pub mod decide;
 pub mod events;
+pub mod fair;
 pub mod legacy;
 pub mod objects;
 pub mod pod_failures;
@@ -44,6 +45,7 @@ pub mod render_memo;
 pub mod rollout;
 pub mod serving;
 pub mod snapshot;
+pub mod write_budget;
 
 pub use context::{
     CONTROLLER_NAME, Context, EVENT_REPORTER, FixedPlugins, NO_PLUGINS_RETRY, Plugins, Settings,

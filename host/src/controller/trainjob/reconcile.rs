@@ -236,6 +236,9 @@ pub fn stuck(error: &ReconcileError, built_before: bool) -> Stuck {
             source: kube::Error::Api(s),
             ..
         }) if is_refusal(s.code) => blocked(REASON_APPLY_FAILED),
+        ReconcileError::Apply(ApplyStepError::Throttled { .. }) => {
+            blocked(REASON_WRITE_RATE_LIMITED)
+        }
         _ => Stuck::Transient,
     }
 }
@@ -1167,7 +1170,10 @@ impl Reconcile<'_> {
             object,
             live.as_deref(),
             self.job.metadata.uid.as_deref().unwrap_or_default(),
-            &self.ctx.memo,
+            apply::Ledger {
+                memo: &self.ctx.memo,
+                writes: &self.ctx.writes,
+            },
         )
         .await
         .map_err(ReconcileError::Apply)

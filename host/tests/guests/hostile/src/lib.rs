@@ -329,6 +329,20 @@ impl Guest for Hostile {
                         .to_string()
                 })
                 .collect()),
+            // `objects` ConfigMaps `<trainjob>-fill-<i>` of `bytes` each.
+            "fill" => {
+                let n = cfg.get("objects").and_then(Value::as_u64).unwrap_or(1);
+                let bytes = cfg.get("bytes").and_then(Value::as_u64).unwrap_or(1024);
+                let blob = "x".repeat(usize::try_from(bytes).unwrap_or(0));
+                Ok((0..n)
+                    .map(|i| {
+                        json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": own_name(&format!("fill-{i}"))},
+                            "data": {"blob": blob}})
+                        .to_string()
+                    })
+                    .collect())
+            }
             "invalid-json" => Ok(vec!["{\"apiVersion\": \"v1\", \"kind\": ".into()]),
             "stderr-flood" => {
                 for _ in 0..100_000 {
