@@ -257,6 +257,49 @@ mod tests {
         }
     }
 
+    /// Upstream's webhook case: a Flux runtime whose `node` job already has
+    /// the init container `flux-installer` → 403 naming the field.
+    #[test]
+    fn a_flux_runtime_with_a_reserved_init_container_is_refused() {
+        use crate::admission::test_support::builtins;
+        let flux = |init: Value| -> trainforge_api::trainer::v1alpha1::TrainingRuntime {
+            serde_json::from_value(json!({"apiVersion": "trainer.kubeflow.org/v1alpha1",
+                "kind": "TrainingRuntime", "metadata": {"name": "flux", "namespace": "ns"},
+                "spec": {"mlPolicy": {"numNodes": 1, "flux": {"numProcPerNode": 1}},
+                "template": {"spec": {"replicatedJobs": [{"name": "node", "replicas": 1,
+                "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                "spec": {"template": {"spec": {"initContainers": init,
+                    "containers": [{"name": "node", "image": "ubuntu:jammy"}]}}}}}]}}}}))
+            .unwrap()
+        };
+        let set = builtins(
+            &["plugin-flux", "plugin-jobset", "plugin-plainml"],
+            FailurePolicy::Fail,
+        );
+        let review = |init: Value| {
+            let mut r = Runtimes::default();
+            r.namespaced
+                .insert(("ns".into(), "flux".into()), flux(init));
+            review_trainjob(
+                Operation::Create,
+                &trainjob("TrainingRuntime", "flux", json!({"numNodes": 2})),
+                None,
+                &r,
+                &set,
+                &ValidateBudget::new(Duration::from_secs(3)),
+            )
+            .unwrap()
+        };
+        let v = review(json!([{"name": "setup", "image": "busybox"}]));
+        assert!(v.allowed, "{v:?}");
+        let v = review(json!([{"name": "flux-installer", "image": "busybox"}]));
+        assert_eq!((v.allowed, v.code), (false, 403), "{v:?}");
+        assert_eq!(
+            v.message,
+            "spec.trainer.initContainers: Invalid value: \"flux-installer\": InitContainer 'flux-installer' is reserved"
+        );
+    }
+
     #[test]
     fn a_missing_training_runtime_is_refused_with_upstreams_message() {
         let v = ok(trainjob("TrainingRuntime", "nope", json!({})));

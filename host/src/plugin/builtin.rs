@@ -7,6 +7,7 @@
 //! with the `plugin` profile, using its own `CARGO_TARGET_DIR`, and
 //! generates an `include_bytes!` table.
 
+use super::pod_policy::PodGrants;
 use super::{Grants, PluginSource};
 use trainforge_api::plugin::KindRef;
 
@@ -78,15 +79,32 @@ pub struct BuiltinNeeds {
     /// Kinds it emits that are off the default allow-list
     /// ([`super::kinds::DEFAULT_EMITS`]); `None` when it needs no list.
     pub allowed_kinds: Option<Vec<KindRef>>,
+    /// Pod grants (Flux's installer init container and its image).
+    pub pod: PodGrants,
 }
+
+/// The image prefix of the Flux views the `flux` builtin's installer init
+/// container runs (`FLUX_VIEW_IMAGE`: its default
+/// `ghcr.io/converged-computing/flux-view-ubuntu:tag-jammy` and the other
+/// views of that project, `flux-view-rocky:…`, `flux-view-ubuntu:…`).
+pub const FLUX_VIEW_IMAGES: &str = "ghcr.io/converged-computing/flux-view-";
 
 /// What the builtin plugin called `name` (`torch` or `plugin-torch`) needs.
 pub fn needs(name: &str) -> BuiltinNeeds {
     match plugin_name(name) {
+        // The installer init container `flux-installer` and its image.
+        "flux" => BuiltinNeeds {
+            pod: PodGrants {
+                containers: vec!["flux-installer".into()],
+                images: vec![FLUX_VIEW_IMAGES.into()],
+                ..PodGrants::default()
+            },
+            ..BuiltinNeeds::default()
+        },
         "mpi" => BuiltinNeeds {
             random: true,
             allowed_reads: Some(vec![KindRef::new("v1", "Secret")]),
-            allowed_kinds: None,
+            ..BuiltinNeeds::default()
         },
         // The elastic policy's HorizontalPodAutoscaler.
         "torch" => BuiltinNeeds {
@@ -97,12 +115,11 @@ pub fn needs(name: &str) -> BuiltinNeeds {
             ..BuiltinNeeds::default()
         },
         "volcano" => BuiltinNeeds {
-            random: false,
             allowed_reads: Some(vec![
                 KindRef::new("scheduling.volcano.sh/v1beta1", "PodGroup"),
                 KindRef::new("scheduling.k8s.io/v1", "PriorityClass"),
             ]),
-            allowed_kinds: None,
+            ..BuiltinNeeds::default()
         },
         _ => BuiltinNeeds::default(),
     }
@@ -123,6 +140,7 @@ impl BuiltinPlugin {
         let mut src = self.source();
         src.grants = Grants {
             random: needs.random,
+            pod: needs.pod,
             ..Grants::default()
         };
         src.allowed_reads = needs.allowed_reads;

@@ -20,7 +20,7 @@
 //! Why: a compiled plugin is about 2 MiB of native code, and the kernel
 //! maps file pages in large page-cache folios, so a plugin whose `describe`
 //! alone ran keeps nearly all of its code resident. With policy routing a
-//! cluster that runs only torch TrainJobs calls three of the eight builtins;
+//! cluster that runs only torch TrainJobs calls three of the nine builtins;
 //! an idle operator calls none.
 
 use super::Error;

@@ -400,6 +400,26 @@ fn walk(v: &Value, container: &str, out: &mut BTreeSet<Privilege>) {
                         other => walk(other, container, out),
                     },
                     "securityContext" => security_context(x, container, out),
+                    // The runtime info's pod sets: a container added there
+                    // (Flux's init container) is the adding plugin's doing,
+                    // judged by name as in a pod spec, not the JobSet
+                    // plugin's, which only copies it into the JobSet.
+                    "podSets" => {
+                        for ps in x.as_array().into_iter().flatten() {
+                            for list in ["containers", "initContainers"] {
+                                for c in
+                                    ps.get(list).and_then(Value::as_array).into_iter().flatten()
+                                {
+                                    let name = c.get("name").and_then(Value::as_str).unwrap_or("?");
+                                    out.insert(Privilege::Container {
+                                        list,
+                                        name: name.to_owned(),
+                                    });
+                                }
+                            }
+                        }
+                        walk(x, container, out);
+                    }
                     "volumes" => {
                         volumes(x, out);
                         walk(x, container, out);
@@ -1360,6 +1380,25 @@ mod tests {
     /// Everything beyond baseline a plugin may not change in pods without a
     /// grant, each refused naming the grant that would allow it; the same
     /// settings kept from the runtime are not the plugin's doing.
+    #[test]
+    fn a_container_added_to_the_infos_pod_sets_is_judged_by_name() {
+        let info = |init: Value| {
+            json!({"templateSpec": {"podSets": [{"name": "node",
+                "containers": [{"name": "node"}], "initContainers": init}]}})
+        };
+        let before = privileges(&info(json!([])));
+        let after = privileges(&info(json!([{"name": "flux-installer", "image": "v:1"}])));
+        let new: Vec<String> = added(&before, &after).map(ToString::to_string).collect();
+        assert_eq!(
+            new,
+            ["image \"v:1\"", "initContainers entry \"flux-installer\""]
+        );
+        assert!(before.contains(&Privilege::Container {
+            list: "containers",
+            name: "node".into()
+        }));
+    }
+
     #[test]
     fn pod_changes_beyond_the_allow_list_need_their_grant() {
         let base = json!({"containers": [{"name": "node", "image": "app:1",

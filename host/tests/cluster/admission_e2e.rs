@@ -130,6 +130,21 @@ fn training_runtime(ns: &str, name: &str) -> Value {
     })
 }
 
+/// A namespaced Flux TrainingRuntime whose `node` job has the init
+/// containers `init`.
+fn flux_runtime(ns: &str, name: &str, init: Value) -> Value {
+    json!({
+        "apiVersion": TRAINER, "kind": "TrainingRuntime",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"mlPolicy": {"numNodes": 1, "flux": {"numProcPerNode": 1}}, "template": {"spec": {"replicatedJobs": [
+            {"name": "node", "replicas": 1, "template": {
+                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                "spec": {"template": {"spec": {"initContainers": init, "containers": [
+                    {"name": "node", "image": "ubuntu:jammy"}]}}}}}
+        ]}}}
+    })
+}
+
 /// A TrainJob of the namespaced runtime `torch` with `spec` merged in.
 fn tj_ns(ns: &str, name: &str, extra: Value) -> Value {
     let mut o = trainjob_object(ns, name, "torch", extra);
@@ -149,6 +164,21 @@ async fn trainjob_create_cases() {
     let ns = env.create_namespace("adm-create").await.unwrap();
     let rt = create(&client, &training_runtime(&ns, "torch"), false).await;
     assert!(rt.ok(), "{rt:?}");
+    for (name, init) in [
+        ("flux", json!([])),
+        (
+            "flux-reserved",
+            json!([{"name": "flux-installer", "image": "busybox"}]),
+        ),
+    ] {
+        let rt = create(&client, &flux_runtime(&ns, name, init), false).await;
+        assert!(rt.ok(), "{name}: {rt:?}");
+    }
+    let flux_tj = |name: &str, runtime: &str| {
+        let mut o = trainjob_object(&ns, name, runtime, json!({"trainer": {"numNodes": 2}}));
+        o["spec"]["runtimeRef"]["kind"] = json!("TrainingRuntime");
+        o
+    };
     let init = "torch-distributed-with-initializer";
     let mb = 1_048_576;
     let cases: Vec<(&str, Value, Want)> = vec![
@@ -325,6 +355,18 @@ async fn trainjob_create_cases() {
                 json!({"trainer": {"env": [{"name": "PET_NODE_RANK", "value": "1"}]}}),
             ),
             Want::Refused(403, &["spec.trainer.env", "PET_NODE_RANK"]),
+        ),
+        ("Flux runtime", flux_tj("h1", "flux"), Want::Ok),
+        (
+            "Flux runtime whose node job has an init container flux-installer",
+            flux_tj("h2", "flux-reserved"),
+            Want::Refused(
+                403,
+                &[
+                    "spec.trainer.initContainers",
+                    "InitContainer 'flux-installer' is reserved",
+                ],
+            ),
         ),
         (
             "storageUri invalid-uri (dataset)",

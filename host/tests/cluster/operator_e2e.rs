@@ -807,7 +807,7 @@ async fn trainer_vars_set_by_the_user_are_accepted_and_win() {
 }
 
 /// A namespaced TrainingRuntime of one `busybox` trainer node whose
-/// `mlPolicy` also has `policy` (e.g. `{"flux": {}}`).
+/// `mlPolicy` also has `policy` (e.g. `{"paddle": {}}`).
 fn one_node_runtime(ns: &str, name: &str, policy: Value) -> Value {
     let mut ml = json!({"numNodes": 1});
     if let (Some(m), Value::Object(p)) = (ml.as_object_mut(), policy) {
@@ -821,8 +821,8 @@ fn one_node_runtime(ns: &str, name: &str, policy: Value) -> Value {
                 "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "busybox"}]}}}}}]}}}})
 }
 
-/// TrainJobs blocked by a runtime policy no plugin serves (here Flux, which
-/// has no plugin) back off, each on its own, instead of being polled: 50 of
+/// TrainJobs blocked by a runtime policy no plugin serves (here `paddle`, an
+/// out-of-tree plugin's policy that is not installed) back off, each on its own, instead of being polled: 50 of
 /// them cost fewer than 5 reconciles a second in all once the first minute
 /// is over (before, every one was retried each 100 ms: 431 a second).
 /// Counted from the operator's log, whose every failed reconcile names its
@@ -835,12 +835,12 @@ async fn blocked_trainjobs_back_off_instead_of_polling() {
     let ns = env.create_namespace("e2e-blocked").await.unwrap();
     apply(
         &client,
-        &one_node_runtime(&ns, "flux-unserved", json!({"flux": {}})),
+        &one_node_runtime(&ns, "paddle-unserved", json!({"paddle": {}})),
     )
     .await;
     const JOBS: usize = 50;
     for i in 0..JOBS {
-        let mut tj = trainjob_object(&ns, &format!("blocked-{i}"), "flux-unserved", json!({}));
+        let mut tj = trainjob_object(&ns, &format!("blocked-{i}"), "paddle-unserved", json!({}));
         tj["spec"]["runtimeRef"]["kind"] = json!("TrainingRuntime");
         apply(&client, &tj).await;
     }

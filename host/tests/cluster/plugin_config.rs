@@ -358,7 +358,8 @@ async fn default_plugins_hot_swap_refuse_and_roll_back() {
     op.until("the initial list to load", |c| c.is_synced())
         .await;
     eprintln!(
-        "plugin_config: 8 builtin ClusterTrainerPlugins loaded and in service after {:?} (cold compile)",
+        "plugin_config: {} builtin ClusterTrainerPlugins loaded and in service after {:?} (cold compile)",
+        names.len(),
         t0.elapsed()
     );
     for name in &names {
