@@ -1377,9 +1377,8 @@ mod tests {
         assert_eq!(new, vec![&Privilege::HostNamespace("hostPID")]);
     }
 
-    /// Everything beyond baseline a plugin may not change in pods without a
-    /// grant, each refused naming the grant that would allow it; the same
-    /// settings kept from the runtime are not the plugin's doing.
+    /// A container added to the runtime info's pod sets counts as the
+    /// adding plugin's, judged by name (and image) as in a pod spec.
     #[test]
     fn a_container_added_to_the_infos_pod_sets_is_judged_by_name() {
         let info = |init: Value| {
@@ -1399,6 +1398,9 @@ mod tests {
         }));
     }
 
+    /// Everything beyond baseline a plugin may not change in pods without a
+    /// grant, each refused naming the grant that would allow it; the same
+    /// settings kept from the runtime are not the plugin's doing.
     #[test]
     fn pod_changes_beyond_the_allow_list_need_their_grant() {
         let base = json!({"containers": [{"name": "node", "image": "app:1",
