@@ -356,10 +356,10 @@ async fn trainjob_create_cases() {
             ),
             Want::Refused(403, &["spec.trainer.env", "PET_NODE_RANK"]),
         ),
-        ("Flux runtime", flux_tj("h1", "flux"), Want::Ok),
+        ("Flux runtime", flux_tj("fx1", "flux"), Want::Ok),
         (
             "Flux runtime whose node job has an init container flux-installer",
-            flux_tj("h2", "flux-reserved"),
+            flux_tj("fx2", "flux-reserved"),
             Want::Refused(
                 403,
                 &[

@@ -311,6 +311,80 @@ async fn mpi_trainjob_gets_ssh_secret_and_hostfile() {
     assert_eq!(again["metadata"]["uid"], uid);
 }
 
+/// Upstream's Flux scenario (§7 item 23–24): the scripts ConfigMap, the
+/// CURVE certificate Secret, the installer init container and the wrapped
+/// command, then Complete.
+#[tokio::test]
+async fn flux_trainjob_gets_scripts_certificate_and_installer_and_completes() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-flux").await.unwrap();
+    apply(
+        &client,
+        &json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+            "metadata": {"name": "flux", "namespace": ns},
+            "spec": {
+                "mlPolicy": {"numNodes": 2, "flux": {"numProcPerNode": 1}},
+                "template": {"spec": {"replicatedJobs": [{
+                    "name": "node",
+                    "template": {
+                        "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                        "spec": {"template": {"spec": {"containers": [{
+                            "name": "node", "image": "test:trainjob",
+                            "command": ["trainjob"], "args": ["trainjob"],
+                        }]}}},
+                    },
+                }]}},
+            },
+        }),
+    )
+    .await;
+    let mut tj = trainjob_object(&ns, "alpha", "flux", json!({"trainer": {"numNodes": 2}}));
+    tj["spec"]["runtimeRef"]["kind"] = json!("TrainingRuntime");
+    apply(&client, &tj).await;
+    let scripts = eventually("Flux scripts ConfigMap", TIMEOUT, || async {
+        get(&client, "v1", "ConfigMap", Some(&ns), "alpha-flux-entrypoint").await
+    })
+    .await;
+    for key in ["entrypoint.sh", "init.sh"] {
+        assert!(scripts["data"][key].is_string(), "{key}: {scripts}");
+    }
+    let curve = get(&client, "v1", "Secret", Some(&ns), "alpha-flux-curve")
+        .await
+        .unwrap();
+    let cert = curve["data"]["curve.cert"].as_str().unwrap();
+    let cert = String::from_utf8(
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, cert).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        cert.contains("public-key") && cert.contains("secret-key"),
+        "{cert}"
+    );
+    let done = wait_condition(&client, &ns, "alpha", "Complete", op).await;
+    for o in [&scripts, &curve] {
+        assert_eq!(
+            o["metadata"]["ownerReferences"][0]["uid"], done["metadata"]["uid"],
+            "owned by the TrainJob: {o}"
+        );
+    }
+    let js = get(&client, JOBSET, "JobSet", Some(&ns), "alpha")
+        .await
+        .unwrap();
+    let job = &js["spec"]["replicatedJobs"][0];
+    assert_eq!(job["name"], "node");
+    assert_eq!(job["template"]["spec"]["parallelism"], 2, "{job}");
+    let pod = &job["template"]["spec"]["template"]["spec"];
+    assert_eq!(pod["initContainers"][0]["name"], "flux-installer", "{pod}");
+    assert_eq!(
+        pod["containers"][0]["command"],
+        json!(["/bin/bash", "/etc/flux-config/entrypoint.sh", "trainjob"]),
+        "the runtime command, no TrainJob args"
+    );
+}
+
 #[tokio::test]
 async fn coscheduling_runtime_produces_the_podgroup() {
     let Some((env, _op, client)) = setup().await else {
