@@ -345,7 +345,14 @@ async fn flux_trainjob_gets_scripts_certificate_and_installer_and_completes() {
     tj["spec"]["runtimeRef"]["kind"] = json!("TrainingRuntime");
     apply(&client, &tj).await;
     let scripts = eventually("Flux scripts ConfigMap", TIMEOUT, || async {
-        get(&client, "v1", "ConfigMap", Some(&ns), "alpha-flux-entrypoint").await
+        get(
+            &client,
+            "v1",
+            "ConfigMap",
+            Some(&ns),
+            "alpha-flux-entrypoint",
+        )
+        .await
     })
     .await;
     for key in ["entrypoint.sh", "init.sh"] {
@@ -421,9 +428,11 @@ async fn coscheduling_runtime_produces_the_podgroup() {
     assert_eq!(pg["spec"]["minMember"], 2);
     assert_eq!(pg["spec"]["scheduleTimeoutSeconds"], 120);
     assert_eq!(pg["metadata"]["ownerReferences"][0]["name"], "gang");
-    let js = get(&client, JOBSET, "JobSet", Some(&ns), "gang")
-        .await
-        .unwrap();
+    // The PodGroup is applied before the JobSet, in the same reconcile.
+    let js = eventually("JobSet", TIMEOUT, || async {
+        get(&client, JOBSET, "JobSet", Some(&ns), "gang").await
+    })
+    .await;
     assert_eq!(
         js.pointer("/spec/replicatedJobs/0/template/spec/template/metadata/labels/scheduling.x-k8s.io~1pod-group"),
         Some(&json!("gang"))
