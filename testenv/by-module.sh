@@ -39,6 +39,20 @@ mapfile -t NAMES < <(cd "$DIR" && "$EXE" --list --format terse | sed -n 's/: tes
 [[ ${#NAMES[@]} -gt 0 ]] || { echo "by-module: $TEST lists no tests" >&2; exit 1; }
 mapfile -t MODULES < <(printf '%s\n' "${NAMES[@]}" | sed 's/::.*//' | awk '!seen[$0]++')
 if [[ $# -gt 0 ]]; then MODULES=("$@"); fi
+# BY_MODULE_FIRST: modules (of those listed) to start first, in its order,
+# the rest after them in list order: with several at a time, the longest
+# first end together instead of one running alone at the end.
+if [[ -n ${BY_MODULE_FIRST:-} ]]; then
+  read -r -a first <<<"$BY_MODULE_FIRST"
+  ordered=()
+  for m in "${first[@]}"; do
+    if printf '%s\n' "${MODULES[@]}" | grep -qx -- "$m"; then ordered+=("$m"); fi
+  done
+  for m in "${MODULES[@]}"; do
+    if ! printf '%s\n' "${ordered[@]}" | grep -qx -- "$m"; then ordered+=("$m"); fi
+  done
+  MODULES=("${ordered[@]}")
+fi
 
 # One module: its tests in a process of its own, output to $OUT/<module>.
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/by-module.XXXXXX")

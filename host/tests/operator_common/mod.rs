@@ -90,7 +90,53 @@ pub struct Operator {
     kubeconfig: PathBuf,
 }
 
+/// The builtins precompiled for this `trainforge` binary, shared by every
+/// operator of every test process, as the image ships them beside the
+/// binary (`trainforge plugin precompile`, Dockerfile): an operator that
+/// starts does not compile the builtins again (~1.5 s of CPU each in a dev
+/// build, for each of the suite's operators). Artifacts are keyed by the
+/// component's digest and the engine's configuration, so a stale one from
+/// an older build is never used; `precompile` reuses the ones present
+/// (writes are atomic renames: processes may precompile at once). `None`
+/// when precompiling fails: the operator then compiles, as before.
+fn shared_builtin_artifacts() -> Option<&'static Path> {
+    use std::sync::OnceLock;
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = root().join("target/test-builtin-artifacts");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_trainforge"))
+            .args(["plugin", "precompile", "--out"])
+            .arg(&dir)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(dir),
+            Ok(o) => {
+                report(&format!(
+                    "operator_common: precompiling the builtins failed; operators compile them: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+                None
+            }
+            Err(e) => {
+                report(&format!("operator_common: running trainforge: {e}"));
+                None
+            }
+        }
+    })
+    .as_deref()
+}
+
 fn operator_args(metrics: &str, webhook: &str, cache: &Path, extra: &[&str]) -> Vec<String> {
+    // A test that says where artifacts come from (or that there are none)
+    // keeps its own choice.
+    let artifacts = if extra
+        .iter()
+        .any(|a| a.starts_with("--plugin-artifacts-dir") || a.starts_with("--no-plugin-artifacts"))
+    {
+        None
+    } else {
+        shared_builtin_artifacts()
+    };
     let mut args: Vec<String> = [
         "operator",
         "--metrics-bind-address",
@@ -107,6 +153,9 @@ fn operator_args(metrics: &str, webhook: &str, cache: &Path, extra: &[&str]) -> 
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if let Some(dir) = artifacts {
+        args.push(format!("--plugin-artifacts-dir={}", dir.display()));
+    }
     args.extend(extra.iter().map(|s| s.to_string()));
     args
 }

@@ -1,7 +1,8 @@
 //! Shared helpers of the `plugin_*` integration tests: build the Wasm test
-//! guests (hostile fixtures and the SDK example) once per test binary, with
-//! their own `CARGO_TARGET_DIR` so the nested cargo never waits on the
-//! outer build's lock.
+//! guests (hostile fixtures and the SDK example) once per test binary, in
+//! target directories of their own (`target/plugin-test-guests`; the
+//! example in the builtins' `target/plugin-target`) so the nested cargo
+//! never waits on the outer build's lock.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -21,12 +22,23 @@ fn target_dir() -> PathBuf {
     root().join("target/plugin-test-guests")
 }
 
+/// Where the builtins are built (`host/build.rs`) and `make demo` builds
+/// the example plugin: the same workspace and profile, so the example built
+/// there is not built again here.
+fn workspace_plugin_dir() -> PathBuf {
+    root().join("target/plugin-target")
+}
+
 fn cargo_build(args: &[&str]) {
+    cargo_build_in(&target_dir(), args)
+}
+
+fn cargo_build_in(dir: &Path, args: &[&str]) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .args(["build", "--profile=plugin", "--target=wasm32-wasip2"])
         .args(args)
-        .env("CARGO_TARGET_DIR", target_dir())
+        .env("CARGO_TARGET_DIR", dir)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTFLAGS")
         .output()
@@ -48,13 +60,16 @@ fn wasm(name: &str) -> PathBuf {
 pub fn minimal_wasm() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        cargo_build(&[
-            "--manifest-path",
-            root().join("Cargo.toml").to_str().unwrap(),
-            "-p",
-            "plugin-minimal",
-        ]);
-        wasm("plugin_minimal")
+        cargo_build_in(
+            &workspace_plugin_dir(),
+            &[
+                "--manifest-path",
+                root().join("Cargo.toml").to_str().unwrap(),
+                "-p",
+                "plugin-minimal",
+            ],
+        );
+        workspace_plugin_dir().join("wasm32-wasip2/plugin/plugin_minimal.wasm")
     })
 }
 

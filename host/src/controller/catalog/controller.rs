@@ -158,6 +158,8 @@ pub async fn run_with(
                 .map(|name| (ObjectRef::<ClusterTrainerPlugin>::new(&name), rx))
         })
     });
+    let before_first_list =
+        crate::controller::stopped_before_ready(store.clone(), shutdown.clone());
     let controller = Controller::for_stream(events, store);
     let controller = match kicks {
         Some(k) => controller.reconcile_on(k),
@@ -171,6 +173,7 @@ pub async fn run_with(
     let mut results = controller
         .graceful_shutdown_on(async move { stop.cancelled_owned().await })
         .run(reconcile, error_policy, ctx)
+        .take_until(before_first_list)
         .boxed();
     while let Some(result) = results.next().await {
         match result {

@@ -265,6 +265,8 @@ pub async fn run(
     let changes = futures::stream::unfold(changed_rx, |mut rx| async move {
         rx.recv().await.map(|()| ((), rx))
     });
+    let before_first_list =
+        crate::controller::stopped_before_ready(store.clone(), shutdown.clone());
     let mut controller = Controller::for_stream(events, store).reconcile_all_on(changes);
     if let Some(rx) = status_writes {
         controller = controller.reconcile_all_on(crate::controller::catalog::rises(rx));
@@ -273,6 +275,7 @@ pub async fn run(
     let mut results = controller
         .graceful_shutdown_on(async move { stop.cancelled_owned().await })
         .run(reconcile, error_policy, ctx.clone())
+        .take_until(before_first_list)
         .boxed();
     while let Some(result) = results.next().await {
         match result {

@@ -272,6 +272,8 @@ pub async fn run(
     ));
     let store = controller.store();
     let stopping = shutdown.clone();
+    let before_first_list =
+        crate::controller::stopped_before_ready(controller.store(), shutdown.clone());
     controller
         .reconcile_on(triggers)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
@@ -280,6 +282,7 @@ pub async fn run(
             error_policy,
             ctx.clone(),
         )
+        .take_until(before_first_list)
         .for_each(|result| {
             // Queued (by a swap, say), then deleted before its turn.
             if let Err(kube::runtime::controller::Error::ObjectNotFound(r)) = result {
@@ -503,6 +506,26 @@ mod tests {
             ctx.report_patches_once(&b, "h1"),
             "pruned with its TrainJob"
         );
+    }
+
+    /// A stop before the TrainJobs' first list (the Lease lost, or SIGTERM,
+    /// the moment the controller starts) ends the controller at once: no
+    /// reconcile can have started, and kube-runtime alone would wait for a
+    /// list that no longer comes (the leader-election test hung on it).
+    #[tokio::test]
+    async fn a_stop_before_the_first_list_ends_the_controller_at_once() {
+        let (ctx, _switch) = context();
+        let (_tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(run(ctx, rx, stop.clone()));
+        // Its list keeps failing (the client points nowhere).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!running.is_finished(), "runs until stopped");
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(5), running)
+            .await
+            .expect("stopped within 5 s")
+            .unwrap();
     }
 
     #[tokio::test]
