@@ -995,6 +995,14 @@ type Perm = (
 
 const NEEDED: &[Perm] = &[
     ("watch", "trainer.kubeflow.org", "trainjobs", "", None),
+    // A finished TrainJob whose time to live is over.
+    (
+        "delete",
+        "trainer.kubeflow.org",
+        "trainjobs",
+        "",
+        Some("team-a"),
+    ),
     (
         "create",
         "authorization.k8s.io",
@@ -1161,13 +1169,6 @@ const NOT_NEEDED: &[Perm] = &[
     ("patch", "", "namespaces", "", None),
     ("delete", "", "secrets", "", Some("team-a")),
     ("list", "", "nodes", "", None),
-    (
-        "delete",
-        "trainer.kubeflow.org",
-        "trainjobs",
-        "",
-        Some("team-a"),
-    ),
     (
         "create",
         "trainer.kubeflow.org",

@@ -268,6 +268,80 @@ async fn active_deadline_fails_the_job_and_deletes_the_jobset() {
     );
 }
 
+/// A finished TrainJob whose time to live is over is deleted, its objects
+/// with it, and nothing is created again (upstream #3779 deleted only the
+/// JobSet, which the next reconcile re-created). The TTL comes from the
+/// TrainJob, else from its runtime's `runPolicy`; the TrainJob's wins.
+#[tokio::test]
+async fn finished_trainjobs_are_deleted_after_their_time_to_live() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-ttl").await.unwrap();
+    let mut rt = one_node_runtime(&ns, "torch-ttl", json!({"torch": {}}));
+    rt["spec"]["runPolicy"] = json!({"ttlSecondsAfterFinished": 1});
+    apply(&client, &rt).await;
+    let on_runtime = |name: &str, spec: Value| {
+        let mut tj = trainjob_object(&ns, name, "torch-ttl", spec);
+        tj["spec"]["runtimeRef"]["kind"] = json!("TrainingRuntime");
+        tj
+    };
+    // Its own TTL; the runtime's; its own, longer than the runtime's.
+    apply(
+        &client,
+        &trainjob_object(
+            &ns,
+            "own",
+            "torch-distributed",
+            json!({"ttlSecondsAfterFinished": 2}),
+        ),
+    )
+    .await;
+    apply(&client, &on_runtime("inherits", json!({}))).await;
+    apply(
+        &client,
+        &on_runtime("kept", json!({"ttlSecondsAfterFinished": 3600})),
+    )
+    .await;
+    let kept = wait_condition(&client, &ns, "kept", "Complete", op).await;
+    for name in ["own", "inherits"] {
+        eventually(&format!("TrainJob {name} deleted"), TIMEOUT, || async {
+            trainjob(&client, &ns, name).await.is_none().then_some(())
+        })
+        .await;
+        for (api, kind, object) in [
+            (JOBSET, "JobSet", name.to_owned()),
+            ("v1", "ConfigMap", format!("{name}-runtime-snapshot")),
+        ] {
+            eventually(&format!("{kind} {object} collected"), TIMEOUT, || async {
+                get(&client, api, kind, Some(&ns), &object)
+                    .await
+                    .is_none()
+                    .then_some(())
+            })
+            .await;
+        }
+    }
+    // Nothing comes back, and the TrainJob with its own longer TTL stays.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for name in ["own", "inherits"] {
+        assert!(trainjob(&client, &ns, name).await.is_none(), "{name}");
+        assert!(
+            get(&client, JOBSET, "JobSet", Some(&ns), name)
+                .await
+                .is_none(),
+            "JobSet {name} re-created"
+        );
+    }
+    let still = trainjob(&client, &ns, "kept").await.unwrap();
+    assert_eq!(still["metadata"]["uid"], kept["metadata"]["uid"]);
+    assert!(
+        get(&client, JOBSET, "JobSet", Some(&ns), "kept")
+            .await
+            .is_some()
+    );
+}
+
 #[tokio::test]
 async fn mpi_trainjob_gets_ssh_secret_and_hostfile() {
     let Some((env, op, client)) = setup().await else {

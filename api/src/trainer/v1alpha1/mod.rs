@@ -28,7 +28,7 @@ pub use runtime_patch::{
 };
 pub use status::{JobStatus, Metric, TrainJobStatus, TrainerStatus, UpdateTrainJobStatusRequest};
 pub use training_runtime::{
-    ClusterTrainingRuntime, JobSetTemplateSpec, TrainingRuntime, TrainingRuntimeSpec,
+    ClusterTrainingRuntime, JobSetTemplateSpec, RunPolicy, TrainingRuntime, TrainingRuntimeSpec,
 };
 pub use trainjob::{
     DatasetInitializer, Initializer, ModelInitializer, RuntimeRef, TrainJob, TrainJobSpec, Trainer,

@@ -42,8 +42,29 @@ pub struct TrainingRuntimeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_group_policy: Option<PodGroupPolicy>,
 
+    /// Defaults of the run of every TrainJob of this runtime (a Trainforge
+    /// addition, as proposed upstream in KEP-2899): a TrainJob's own value
+    /// wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_policy: Option<RunPolicy>,
+
     /// The JobSet blueprint.
     pub template: JobSetTemplateSpec,
+}
+
+/// RunPolicy holds a runtime's defaults for its TrainJobs' runs.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunPolicy {
+    /// `activeDeadlineSeconds` of a TrainJob that sets none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub active_deadline_seconds: Option<i64>,
+
+    /// `ttlSecondsAfterFinished` of a TrainJob that sets none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ttl_seconds_after_finished: Option<i32>,
 }
 
 /// JobSetTemplateSpec is the JobSet blueprint of a runtime.

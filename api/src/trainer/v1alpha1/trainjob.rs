@@ -96,6 +96,15 @@ pub struct TrainJobSpec {
     #[schemars(range(min = 1), extend("x-kubernetes-validations" = [cel::IMMUTABLE]))]
     pub active_deadline_seconds: Option<i64>,
 
+    /// Seconds after the TrainJob finished (`Complete` or `Failed`) after
+    /// which the operator deletes it, and its objects with it; `0` deletes
+    /// it as soon as it finishes. Mutable. Unset: the runtime's
+    /// `runPolicy.ttlSecondsAfterFinished`, else kept (a Trainforge
+    /// addition, as proposed upstream in KEP-2899).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ttl_seconds_after_finished: Option<i32>,
+
     /// The controller that reconciles this TrainJob:
     /// `trainer.kubeflow.org/trainjob-controller` (the default, this operator)
     /// or `kueue.x-k8s.io/multikueue`, which this operator leaves alone

@@ -405,6 +405,47 @@ pub fn deadline(
     Deadline::Remaining(left.max(Duration::from_secs(1)))
 }
 
+/// What the time to live after finishing asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AfterFinished {
+    /// No time to live, or the job is not finished.
+    Keep,
+    /// Not yet: reconcile again after this long (at least 1 s).
+    Remaining(Duration),
+    /// Expired: delete the TrainJob (its objects go with it).
+    Expired,
+}
+
+/// The time to live after finishing: the clock starts when the job
+/// finished (the `lastTransitionTime` of its `Complete=True` or
+/// `Failed=True`, the earlier if both); `0` expires at once.
+pub fn after_finished(
+    ttl_seconds: Option<i64>,
+    status: &TrainJobStatus,
+    now: Timestamp,
+) -> AfterFinished {
+    let Some(ttl) = ttl_seconds.filter(|s| *s >= 0) else {
+        return AfterFinished::Keep;
+    };
+    let finished = [CONDITION_COMPLETE, CONDITION_FAILED]
+        .into_iter()
+        .filter_map(|kind| find(status, kind))
+        .filter(|c| ConditionStatus::of(c) == Some(ConditionStatus::True))
+        .map(|c| c.last_transition_time.0)
+        .min();
+    let Some(finished) = finished else {
+        return AfterFinished::Keep;
+    };
+    let Ok(end) = finished.checked_add(SignedDuration::from_secs(ttl)) else {
+        return AfterFinished::Keep;
+    };
+    if now >= end {
+        return AfterFinished::Expired;
+    }
+    let left = now.duration_until(end).unsigned_abs();
+    AfterFinished::Remaining(left.max(Duration::from_secs(1)))
+}
+
 /// Mark the job failed by its deadline.
 pub fn fail_deadline(status: &mut TrainJobStatus, now: &Time) {
     set(

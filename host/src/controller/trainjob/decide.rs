@@ -19,7 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use trainforge_api::trainer::v1alpha1::TrainJobStatus;
 use trainforge_api::trainer::v1alpha1::constants::CONDITION_FAILED;
 
-use super::conditions::{self, Deadline};
+use super::conditions::{self, AfterFinished, Deadline};
 
 /// How soon a reconcile comes back when the status plugin's view is not
 /// available yet (e.g. the JobSet is not in the watch cache yet).
@@ -89,8 +89,12 @@ pub struct Input<'a> {
     pub now: &'a Time,
     /// `metadata.creationTimestamp`.
     pub created: Option<Timestamp>,
-    /// `spec.activeDeadlineSeconds`.
+    /// `spec.activeDeadlineSeconds`, else the runtime's
+    /// `runPolicy.activeDeadlineSeconds`.
     pub active_deadline_seconds: Option<i64>,
+    /// `spec.ttlSecondsAfterFinished`, else the runtime's
+    /// `runPolicy.ttlSecondsAfterFinished`.
+    pub ttl_seconds_after_finished: Option<i64>,
     /// The longest wait before the next reconcile.
     pub resync: Duration,
     /// The status plugin's view was not available yet.
@@ -107,6 +111,9 @@ pub struct Decision {
     pub requeue: Duration,
     /// The active deadline was exceeded now: delete the JobSet.
     pub delete_jobset: bool,
+    /// The job's time to live after finishing is over: delete the
+    /// TrainJob (its objects go with it), and write nothing else.
+    pub delete_trainjob: bool,
 }
 
 /// The new status and the decision, from `input`:
@@ -126,6 +133,9 @@ pub struct Decision {
 /// - the active deadline (its clock stops while suspended or finished):
 ///   exceeded fails the job (`Failed=True/DeadlineExceeded`) and deletes
 ///   its JobSet; not yet brings the reconcile back when it passes;
+/// - the time to live after finishing (from when the job finished, as this
+///   decision leaves it): over deletes the TrainJob; not yet brings the
+///   reconcile back when it is;
 /// - the reconcile comes back after `resync` at most, within
 ///   [`RETRY_SOON`] while the plugin's view is not available yet.
 pub fn decide(input: Input<'_>) -> (TrainJobStatus, Decision) {
@@ -175,6 +185,7 @@ pub fn decide(input: Input<'_>) -> (TrainJobStatus, Decision) {
     let mut decision = Decision {
         requeue: input.resync,
         delete_jobset: false,
+        delete_trainjob: false,
     };
     match conditions::deadline(
         input.active_deadline_seconds,
@@ -189,6 +200,11 @@ pub fn decide(input: Input<'_>) -> (TrainJobStatus, Decision) {
             conditions::fail_deadline(&mut status, now);
             decision.delete_jobset = true;
         }
+    }
+    match conditions::after_finished(input.ttl_seconds_after_finished, &status, now.0) {
+        AfterFinished::Keep => {}
+        AfterFinished::Remaining(left) => decision.requeue = decision.requeue.min(left),
+        AfterFinished::Expired => decision.delete_trainjob = true,
     }
     if input.retry_soon {
         decision.requeue = decision.requeue.min(RETRY_SOON);
@@ -224,14 +240,16 @@ mod tests {
         Time(at(600))
     }
 
-    /// A condition `(type, status, reason)`, changed at `at(0)`.
+    /// A condition `(type, status, reason)`, changed at `at(0)` (now, for
+    /// a reason ending in `Now`).
     fn cond((kind, status, reason): (&str, &str, &str)) -> Condition {
+        let changed = if reason.ends_with("Now") { 600 } else { 0 };
         Condition {
             type_: kind.to_owned(),
             status: status.to_owned(),
             reason: reason.to_owned(),
             message: format!("{kind} was {status}"),
-            last_transition_time: Time(at(0)),
+            last_transition_time: Time(at(changed)),
             observed_generation: None,
         }
     }
@@ -257,11 +275,13 @@ mod tests {
         build: Option<Stuck>,
         patches_ignored: Option<&'static str>,
         active_deadline_seconds: Option<i64>,
+        ttl_seconds_after_finished: Option<i64>,
         retry_soon: bool,
         /// Every condition of the new status, `(type, status, reason)`.
         expect: &'static [(&'static str, &'static str, &'static str)],
         requeue: Duration,
         delete_jobset: bool,
+        delete_trainjob: bool,
     }
 
     const ROW: Row = Row {
@@ -275,10 +295,12 @@ mod tests {
         build: None,
         patches_ignored: None,
         active_deadline_seconds: None,
+        ttl_seconds_after_finished: None,
         retry_soon: false,
         expect: &[],
         requeue: RESYNC,
         delete_jobset: false,
+        delete_trainjob: false,
     };
 
     const BLOCKED_NOT_FOUND: (&str, &str, &str) =
@@ -286,6 +308,9 @@ mod tests {
     const NO_PLUGINS: (&str, &str, &str) =
         (CONDITION_PLUGINS_READY, "False", REASON_NO_SERVING_PLUGINS);
     const RUNNING: (&str, &str, &str) = ("Running", "True", "JobSetRunning");
+    const COMPLETE: (&str, &str, &str) = (CONDITION_COMPLETE, "True", "JobSetCompleted");
+    /// Marks its condition as changed now (see [`cond`]).
+    const COMPLETE_NOW: (&str, &str, &str) = (CONDITION_COMPLETE, "True", "JobSetCompletedNow");
 
     fn blocked() -> Option<Stuck> {
         Some(Stuck::Blocked(
@@ -491,6 +516,69 @@ mod tests {
                 requeue: Duration::from_secs(1),
                 ..ROW
             },
+            Row {
+                name: "finished, its time to live not over: back when it is",
+                old: &[COMPLETE],
+                ttl_seconds_after_finished: Some(900),
+                expect: &[COMPLETE],
+                requeue: Duration::from_secs(300),
+                ..ROW
+            },
+            Row {
+                name: "finished, its time to live further than resync: back at resync",
+                old: &[COMPLETE],
+                ttl_seconds_after_finished: Some(3600),
+                expect: &[COMPLETE],
+                ..ROW
+            },
+            Row {
+                name: "finished, its time to live over: the TrainJob is deleted",
+                old: &[COMPLETE],
+                ttl_seconds_after_finished: Some(600),
+                expect: &[COMPLETE],
+                delete_trainjob: true,
+                ..ROW
+            },
+            Row {
+                name: "failed with a time to live of 0: deleted at once",
+                old: &[(CONDITION_FAILED, "True", "JobSetFailed")],
+                ttl_seconds_after_finished: Some(0),
+                expect: &[(CONDITION_FAILED, "True", "JobSetFailed")],
+                delete_trainjob: true,
+                ..ROW
+            },
+            Row {
+                name: "finishing now (its view): the time to live starts now",
+                viewed: Some(&[COMPLETE_NOW]),
+                ttl_seconds_after_finished: Some(120),
+                expect: &[COMPLETE_NOW],
+                requeue: Duration::from_secs(120),
+                ..ROW
+            },
+            Row {
+                name: "unfinished: a time to live changes nothing",
+                viewed: Some(&[RUNNING]),
+                ttl_seconds_after_finished: Some(0),
+                expect: &[RUNNING],
+                ..ROW
+            },
+            Row {
+                name: "a condition that is not True does not finish the job",
+                old: &[(CONDITION_COMPLETE, "False", "NotYet")],
+                ttl_seconds_after_finished: Some(0),
+                expect: &[(CONDITION_COMPLETE, "False", "NotYet")],
+                ..ROW
+            },
+            Row {
+                name: "deadline exceeded now with a time to live of 0: failed, JobSet and TrainJob deleted",
+                active_deadline_seconds: Some(60),
+                ttl_seconds_after_finished: Some(0),
+                jobset_running: true,
+                expect: &[(CONDITION_FAILED, "True", REASON_DEADLINE_EXCEEDED)],
+                delete_jobset: true,
+                delete_trainjob: true,
+                ..ROW
+            },
         ]
     }
 
@@ -517,6 +605,7 @@ mod tests {
                 now: &now,
                 created: Some(at(0)),
                 active_deadline_seconds: row.active_deadline_seconds,
+                ttl_seconds_after_finished: row.ttl_seconds_after_finished,
                 resync: RESYNC,
                 retry_soon: row.retry_soon,
                 pod_failure: None,
@@ -533,7 +622,8 @@ mod tests {
                 decision,
                 Decision {
                     requeue: row.requeue,
-                    delete_jobset: row.delete_jobset
+                    delete_jobset: row.delete_jobset,
+                    delete_trainjob: row.delete_trainjob,
                 },
                 "{}: decision",
                 row.name
@@ -559,6 +649,7 @@ mod tests {
             now: &now,
             created: None,
             active_deadline_seconds: Some(1),
+            ttl_seconds_after_finished: None,
             resync: RESYNC,
             retry_soon: false,
             pod_failure: None,

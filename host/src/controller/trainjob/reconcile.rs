@@ -140,6 +140,10 @@ pub enum ReconcileError {
     /// Status: the API server did not take the status.
     #[error("status: writing the status: {0}")]
     StatusWrite(#[source] kube::Error),
+    /// Delete: the TrainJob, its time to live after finishing over, could
+    /// not be deleted (retried).
+    #[error("delete: deleting the TrainJob after its time to live: {0}")]
+    Delete(#[source] kube::Error),
 }
 
 impl ReconcileError {
@@ -161,6 +165,7 @@ impl ReconcileError {
             | ReconcileError::StatusTask(_)
             | ReconcileError::StatusPatch(_)
             | ReconcileError::StatusWrite(_) => "Status",
+            ReconcileError::Delete(_) => "Delete",
         }
     }
 
@@ -587,7 +592,18 @@ impl Reconcile<'_> {
         let viewed = self
             .plugin_view(&seen, &plugins, resolved.as_ref(), info, &verdict)
             .await;
-        let (status, decision) = self.decide_status(&seen, &plugins, &verdict, viewed);
+        let (status, decision) =
+            self.decide_status(&seen, &plugins, &verdict, viewed, resolved.as_ref());
+        if decision.delete_trainjob {
+            // Its objects go with it (owner references): nothing else to
+            // write, and nothing to come back for.
+            self.delete_trainjob().await;
+            self.count_noop();
+            return match self.failure.take() {
+                Some(e) => Err(e),
+                None => Ok(Action::await_change()),
+            };
+        }
         if decision.delete_jobset {
             self.delete_jobset().await;
         }
@@ -859,7 +875,10 @@ impl Reconcile<'_> {
         plugins: &JobPlugins,
         verdict: &Verdict,
         viewed: Viewed,
+        resolved: Option<&Resolved>,
     ) -> (TrainJobStatus, Decision) {
+        // The runtime's defaults, as its snapshot has them.
+        let run_policy = resolved.and_then(|r| r.runtime.spec().run_policy.as_ref());
         let not_serving = plugins.not_serving.as_ref().map(ToString::to_string);
         let patches_ignored = seen
             .diverged
@@ -878,7 +897,17 @@ impl Reconcile<'_> {
             patches_ignored: patches_ignored.as_deref(),
             now: &seen.now,
             created: self.job.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            active_deadline_seconds: self.job.spec.active_deadline_seconds,
+            active_deadline_seconds: self
+                .job
+                .spec
+                .active_deadline_seconds
+                .or_else(|| run_policy.and_then(|p| p.active_deadline_seconds)),
+            ttl_seconds_after_finished: self
+                .job
+                .spec
+                .ttl_seconds_after_finished
+                .or_else(|| run_policy.and_then(|p| p.ttl_seconds_after_finished))
+                .map(i64::from),
             resync: self.ctx.settings.resync,
             retry_soon: viewed.retry_soon,
             pod_failure: pod_failure.as_deref(),
@@ -1242,6 +1271,40 @@ impl Reconcile<'_> {
                 ..
             }) => Ok(PluginStatus::NotYet(why)),
             Err(e) => Err(ReconcileError::StatusPlugin(e)),
+        }
+    }
+
+    /// Delete the TrainJob, its time to live after finishing over; its
+    /// objects are deleted with it by the garbage collector (owner
+    /// references, background propagation). Gone already is fine; another
+    /// failure is logged and the next reconcile tries again.
+    async fn delete_trainjob(&mut self) {
+        let api: Api<TrainJob> = Api::namespaced(self.ctx.client.clone(), self.ns);
+        // Only the TrainJob this decision was about, not one created
+        // since under the same name.
+        let params = DeleteParams {
+            preconditions: self
+                .job
+                .metadata
+                .uid
+                .clone()
+                .map(|uid| kube::api::Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+            ..DeleteParams::background()
+        };
+        match api.delete(self.name, &params).await {
+            Ok(_) => {
+                info!("time to live after finishing is over: TrainJob deleted");
+                self.writes += 1;
+                self.ctx.metrics.api_write("delete", "TrainJob");
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => {
+                warn!(error = %e, "deleting the TrainJob after its time to live failed");
+                self.fail(ReconcileError::Delete(e));
+            }
         }
     }
 
