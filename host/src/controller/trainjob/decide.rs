@@ -25,6 +25,10 @@ use super::conditions::{self, AfterFinished, Deadline};
 /// available yet (e.g. the JobSet is not in the watch cache yet).
 pub const RETRY_SOON: Duration = Duration::from_secs(2);
 
+/// How soon a job whose time to live is over when it finishes comes back
+/// to be deleted (its finishing status is written first).
+pub const FINISHED_NOW_TTL_RETRY: Duration = Duration::from_secs(1);
+
 /// What a failure of the resolve, build or apply step says about the
 /// TrainJob.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,8 +138,10 @@ pub struct Decision {
 ///   exceeded fails the job (`Failed=True/DeadlineExceeded`) and deletes
 ///   its JobSet; not yet brings the reconcile back when it passes;
 /// - the time to live after finishing (from when the job finished, as this
-///   decision leaves it): over deletes the TrainJob; not yet brings the
-///   reconcile back when it is;
+///   decision leaves it): over deletes the TrainJob if it was finished when
+///   the reconcile started, else brings the reconcile back after
+///   [`FINISHED_NOW_TTL_RETRY`] (the finishing status is written first);
+///   not yet over brings the reconcile back when it is;
 /// - the reconcile comes back after `resync` at most, within
 ///   [`RETRY_SOON`] while the plugin's view is not available yet.
 pub fn decide(input: Input<'_>) -> (TrainJobStatus, Decision) {
@@ -204,6 +210,11 @@ pub fn decide(input: Input<'_>) -> (TrainJobStatus, Decision) {
     match conditions::after_finished(input.ttl_seconds_after_finished, &status, now.0) {
         AfterFinished::Keep => {}
         AfterFinished::Remaining(left) => decision.requeue = decision.requeue.min(left),
+        // Finished in this reconcile: its status (and the transition's
+        // Event) is written first; deleted on the next one.
+        AfterFinished::Expired if !input.finished => {
+            decision.requeue = decision.requeue.min(FINISHED_NOW_TTL_RETRY);
+        }
         AfterFinished::Expired => decision.delete_trainjob = true,
     }
     if input.retry_soon {
@@ -570,13 +581,21 @@ mod tests {
                 ..ROW
             },
             Row {
-                name: "deadline exceeded now with a time to live of 0: failed, JobSet and TrainJob deleted",
+                name: "deadline exceeded now with a time to live of 0: failed, JobSet deleted, the TrainJob on the next reconcile",
                 active_deadline_seconds: Some(60),
                 ttl_seconds_after_finished: Some(0),
                 jobset_running: true,
                 expect: &[(CONDITION_FAILED, "True", REASON_DEADLINE_EXCEEDED)],
                 delete_jobset: true,
-                delete_trainjob: true,
+                requeue: FINISHED_NOW_TTL_RETRY,
+                ..ROW
+            },
+            Row {
+                name: "finishing now with a time to live of 0: the status first, deleted on the next reconcile",
+                viewed: Some(&[COMPLETE]),
+                ttl_seconds_after_finished: Some(0),
+                expect: &[COMPLETE],
+                requeue: FINISHED_NOW_TTL_RETRY,
                 ..ROW
             },
         ]
