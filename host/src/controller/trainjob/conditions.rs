@@ -401,8 +401,15 @@ pub fn deadline(
     if now > end {
         return Deadline::Exceeded;
     }
-    let left = now.duration_until(end).unsigned_abs();
-    Deadline::Remaining(left.max(Duration::from_secs(1)))
+    Deadline::Remaining(until(now, end))
+}
+
+/// How long from `now` to `end`, at least 1 s (a reconcile coming back
+/// for a clock never comes back at once).
+fn until(now: Timestamp, end: Timestamp) -> Duration {
+    now.duration_until(end)
+        .unsigned_abs()
+        .max(Duration::from_secs(1))
 }
 
 /// What the time to live after finishing asks for.
@@ -442,8 +449,7 @@ pub fn after_finished(
     if now >= end {
         return AfterFinished::Expired;
     }
-    let left = now.duration_until(end).unsigned_abs();
-    AfterFinished::Remaining(left.max(Duration::from_secs(1)))
+    AfterFinished::Remaining(until(now, end))
 }
 
 /// Mark the job failed by its deadline.

@@ -148,7 +148,7 @@ pub enum ReconcileError {
 
 impl ReconcileError {
     /// The label of the reconcile-error metric: the step that failed
-    /// (`Resolve`, `Build`, `Apply`, `Status`), or `NoServingPlugins` when
+    /// (`Resolve`, `Build`, `Apply`, `Status`, `Delete`), or `NoServingPlugins` when
     /// the build step found no plugin that builds.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -594,24 +594,22 @@ impl Reconcile<'_> {
             .await;
         let (status, decision) =
             self.decide_status(&seen, &plugins, &verdict, viewed, resolved.as_ref());
-        if decision.delete_trainjob {
+        let next = if decision.delete_trainjob {
             // Its objects go with it (owner references): nothing else to
             // write, and nothing to come back for.
             self.delete_trainjob().await;
-            self.count_noop();
-            return match self.failure.take() {
-                Some(e) => Err(e),
-                None => Ok(Action::await_change()),
-            };
-        }
-        if decision.delete_jobset {
-            self.delete_jobset().await;
-        }
-        self.write_and_announce(&seen, &status).await;
+            Action::await_change()
+        } else {
+            if decision.delete_jobset {
+                self.delete_jobset().await;
+            }
+            self.write_and_announce(&seen, &status).await;
+            Action::requeue(decision.requeue)
+        };
         self.count_noop();
         match self.failure.take() {
             Some(e) => Err(e),
-            None => Ok(Action::requeue(decision.requeue)),
+            None => Ok(next),
         }
     }
 
