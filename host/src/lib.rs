@@ -4,8 +4,9 @@
 //!
 //! 6. [`cmd`]: the `trainforge` commands — the CLI, operator start-up,
 //!    `render`, `plugin …`, `crds`.
-//! 5. [`admission`] and [`controller`]: the admission webhooks; the TrainJob,
-//!    plugin catalog and tenant plugin controllers.
+//! 5. [`admission`], [`controller`] and [`statusserver`]: the admission
+//!    webhooks; the TrainJob, plugin catalog and tenant plugin controllers;
+//!    the server training pods report their progress to.
 //! 4. [`pipeline`] and [`oci`]: the pure TrainJob + runtime → objects
 //!    pipeline; plugins as signed OCI artifacts.
 //! 3. [`ops`]: shared operations — metrics, health, leader election, the API
@@ -20,3 +21,4 @@ pub mod oci;
 pub mod ops;
 pub mod pipeline;
 pub mod plugin;
+pub mod statusserver;

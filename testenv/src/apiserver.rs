@@ -65,7 +65,6 @@ pub async fn start(
         format!("--service-account-signing-key-file={}", p(&pki.sa_key)),
         "--service-cluster-ip-range=10.96.0.0/16".into(),
         "--authorization-mode=RBAC".into(),
-        "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition".into(),
         "--endpoint-reconciler-type=none".into(),
         "--allow-privileged=true".into(),
         "--profiling=false".into(),
@@ -87,6 +86,14 @@ pub async fn start(
         // Nothing garbage-collects in api mode: do not leave objects waiting
         // for a collector that never runs.
         args.push("--enable-garbage-collector=false".into());
+        // No service-account controller creates `default` service accounts
+        // in api mode: pods could not be admitted.
+        args.push("--disable-admission-plugins=ServiceAccount,TaintNodesByCondition".into());
+    } else {
+        // As in a real cluster, pods get `serviceAccountName: default` and
+        // may then project service-account tokens (the TrainJob status
+        // server's); the controller-manager creates the accounts.
+        args.push("--disable-admission-plugins=TaintNodesByCondition".into());
     }
     let mut proc = process::spawn("kube-apiserver", bin, &args, logs, &[])?;
     let log = proc.log.clone();

@@ -1,5 +1,5 @@
-//! kube-controller-manager (full mode): garbage collector, Job, namespace and
-//! service-account controllers only.
+//! kube-controller-manager (full mode): garbage collector, Job, namespace,
+//! service-account and root-CA publisher controllers only.
 
 use std::path::Path;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use crate::{Error, ports, wait};
 
 /// Controllers we run (canonical names, `cmd/kube-controller-manager/names`).
 pub const CONTROLLERS: &str = "garbage-collector-controller,job-controller,namespace-controller,\
-serviceaccount-controller,serviceaccount-token-controller";
+serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller";
 
 /// Start kube-controller-manager and wait for its `/healthz`.
 pub async fn start(bin: &Path, logs: &Path, pki: &Pki, kubeconfig: &Path) -> Result<Proc, Error> {

@@ -933,6 +933,7 @@ impl CertRotator {
             bundle.cert.as_bytes(),
             bundle.key.as_bytes(),
         )?);
+        resolver.set_ca_bundle(Some(bundle.ca_bundle.clone()));
         let task_resolver = resolver.clone();
         tokio::spawn(async move {
             let mut loaded = bundle;
@@ -958,6 +959,7 @@ impl CertRotator {
                 };
                 // caBundle first, so that a new CA is trusted before it is served.
                 healthy = sync(&client, &opts, &bundle.ca_bundle, &span).await;
+                task_resolver.set_ca_bundle(Some(bundle.ca_bundle.clone()));
                 if bundle.cert != loaded.cert || bundle.key != loaded.key {
                     match task_resolver.update(bundle.cert.as_bytes(), bundle.key.as_bytes()) {
                         Ok(()) => {
@@ -1007,6 +1009,7 @@ pub async fn from_dir_every(
     let dir = dir.to_path_buf();
     let mut loaded = read_pair(&dir).await?;
     let resolver = Arc::new(Resolver::from_pem(&loaded.0, &loaded.1)?);
+    resolver.set_ca_bundle(read_ca(&dir).await);
     tracing::info!(dir = %dir.display(), "serving the webhook certificate from files");
     let task_resolver = resolver.clone();
     tokio::spawn(async move {
@@ -1015,6 +1018,7 @@ pub async fn from_dir_every(
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(poll) => {}
             }
+            task_resolver.set_ca_bundle(read_ca(&dir).await);
             let pair = match read_pair(&dir).await {
                 Ok(p) => p,
                 Err(e) => {
@@ -1035,6 +1039,14 @@ pub async fn from_dir_every(
         }
     });
     Ok(resolver)
+}
+
+/// `ca.crt` of `dir` (a cert-manager Secret has one), if readable.
+async fn read_ca(dir: &Path) -> Option<String> {
+    tokio::fs::read_to_string(dir.join(CA_CRT))
+        .await
+        .ok()
+        .filter(|pem| !pem.trim().is_empty())
 }
 
 async fn read_pair(dir: &Path) -> Result<(Vec<u8>, Vec<u8>), Error> {

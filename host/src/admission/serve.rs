@@ -218,7 +218,7 @@ pub(crate) fn own_namespace() -> String {
 }
 
 /// Parse `:9443`, `host:port` or `0` (disabled).
-fn bind_address(text: &str) -> Result<Option<SocketAddr>, Error> {
+pub(crate) fn bind_address(text: &str) -> Result<Option<SocketAddr>, Error> {
     let t = text.trim();
     if t == "0" || t.is_empty() {
         return Ok(None);
@@ -234,7 +234,9 @@ fn bind_address(text: &str) -> Result<Option<SocketAddr>, Error> {
 }
 
 /// Start the admission server (unless disabled): runtime watches,
-/// certificates, then the listener. Returns the address it listens on.
+/// then the listener, serving `resolver`'s certificate
+/// ([`certificates`]). Returns the address it listens on.
+#[allow(clippy::too_many_arguments)]
 pub async fn start(
     args: &AdmissionArgs,
     client: kube::Client,
@@ -242,6 +244,7 @@ pub async fn start(
     tenants: Option<Arc<TenantPlugins>>,
     runtime: Arc<PluginRuntime>,
     metrics: Arc<Metrics>,
+    resolver: Arc<tls::Resolver>,
     shutdown: CancellationToken,
 ) -> Result<Option<SocketAddr>, Error> {
     let Some(addr) = bind_address(&args.webhook_bind_address)? else {
@@ -263,7 +266,26 @@ pub async fn start(
         )
         .with_plugin_runtime(runtime),
     );
-    let resolver = match &args.webhook_cert_dir {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, source })?;
+    let local = listener.local_addr().unwrap_or(addr);
+    info!(addr = %local, "serving admission webhooks (HTTPS)");
+    let router = admission::router(state);
+    tokio::spawn(tls::serve(listener, resolver, router, shutdown));
+    Ok(Some(local))
+}
+
+/// The serving certificate of the operator's HTTPS servers (admission
+/// webhooks, TrainJob status server): from `--webhook-cert-dir`, or the
+/// operator's own CA and certificate, kept current in the background until
+/// `shutdown`.
+pub async fn certificates(
+    args: &AdmissionArgs,
+    client: kube::Client,
+    shutdown: CancellationToken,
+) -> Result<Arc<tls::Resolver>, Error> {
+    Ok(match &args.webhook_cert_dir {
         Some(dir) => certs::from_dir(dir, shutdown.clone()).await?,
         None => {
             let ns = own_namespace();
@@ -282,17 +304,9 @@ pub async fn start(
                 args.webhook_cert_validity_seconds
                     .clamp(10, 10 * 365 * 86_400) as i64,
             );
-            certs::CertRotator::start(client.clone(), opts, shutdown.clone()).await?
+            certs::CertRotator::start(client, opts, shutdown).await?
         }
-    };
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Bind { addr, source })?;
-    let local = listener.local_addr().unwrap_or(addr);
-    info!(addr = %local, "serving admission webhooks (HTTPS)");
-    let router = admission::router(state);
-    tokio::spawn(tls::serve(listener, resolver, router, shutdown));
-    Ok(Some(local))
+    })
 }
 
 #[cfg(test)]

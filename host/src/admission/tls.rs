@@ -1,5 +1,5 @@
-//! The admission webhooks' HTTPS listener, with a certificate that can be
-//! replaced while it serves.
+//! The HTTPS listener of the admission webhooks and the TrainJob status
+//! server, with a certificate that can be replaced while it serves.
 //!
 //! Rules:
 //! - [`Resolver`] holds the serving certificate and key in an [`ArcSwap`];
@@ -69,11 +69,13 @@ pub enum Error {
     LocalAddr(std::io::Error),
 }
 
-/// The serving certificate, replaceable while the listener serves.
+/// The serving certificate, replaceable while the listener serves, and
+/// the CA bundle clients verify it with, when known.
 ///
 /// Cheap to read on every handshake (one atomic load).
 pub struct Resolver {
     current: ArcSwap<CertifiedKey>,
+    ca_bundle: ArcSwap<Option<String>>,
 }
 
 impl std::fmt::Debug for Resolver {
@@ -104,6 +106,7 @@ impl Resolver {
     pub fn from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<Self, Error> {
         Ok(Self {
             current: ArcSwap::from_pointee(certified_key(cert_pem, key_pem)?),
+            ca_bundle: ArcSwap::from_pointee(None),
         })
     }
 
@@ -118,6 +121,18 @@ impl Resolver {
     /// The certificate handshakes get now.
     pub fn current(&self) -> Arc<CertifiedKey> {
         self.current.load_full()
+    }
+
+    /// Record the CA bundle (PEM) that verifies the served certificate.
+    pub fn set_ca_bundle(&self, pem: Option<String>) {
+        self.ca_bundle.store(Arc::new(pem));
+    }
+
+    /// The CA bundle (PEM) that verifies the served certificate: the
+    /// operator's own CA, or the `ca.crt` next to certificates read from a
+    /// directory; `None` when not known.
+    pub fn ca_bundle(&self) -> Option<String> {
+        (*self.ca_bundle.load_full()).clone()
     }
 
     /// The DER of the leaf certificate served now.
@@ -163,7 +178,7 @@ pub async fn serve(
     let addr = listener.local_addr().map_err(Error::LocalAddr)?;
     let acceptor = TlsAcceptor::from(Arc::new(server_config(resolver)?));
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    tracing::info!(%addr, "serving admission webhooks over HTTPS");
+    tracing::debug!(%addr, "accepting HTTPS connections");
     loop {
         let permit = tokio::select! {
             () = shutdown.cancelled() => break,

@@ -116,6 +116,12 @@ struct AdmissionLabels {
     result: String,
 }
 
+/// Labels `{code}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    code: String,
+}
+
 /// Labels `{webhook}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WebhookLabels {
@@ -176,6 +182,7 @@ pub struct Metrics {
     admission_plugin_calls: Family<PluginResultLabels, Counter>,
     admission_plugin_failures: Family<PluginReasonLabels, Counter>,
     admission_plugin_duration: HistogramFamily<PluginLabels>,
+    status_server_requests: Family<CodeLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -336,8 +343,15 @@ impl Metrics {
             "Plugin validate latency at admission in seconds, by plugin",
             admission_plugin_duration.clone(),
         );
+        let status_server_requests = Family::<CodeLabels, Counter>::default();
+        registry.register(
+            "trainforge_status_server_requests",
+            "Progress reports the TrainJob status server answered, by HTTP status code",
+            status_server_requests.clone(),
+        );
         Self {
             registry,
+            status_server_requests,
             admission_requests,
             admission_duration,
             admission_plugin_calls,
@@ -397,6 +411,15 @@ impl Metrics {
             .get_or_create(&WriteLabels {
                 verb: verb.to_owned(),
                 kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Count one answer of the TrainJob status server.
+    pub fn status_server_answered(&self, code: u16) {
+        self.status_server_requests
+            .get_or_create(&CodeLabels {
+                code: code.to_string(),
             })
             .inc();
     }

@@ -73,6 +73,8 @@ pub fn names() -> Vec<String> {
 pub struct BuiltinNeeds {
     /// `host.random-bytes` (MPI's SSH keys).
     pub random: bool,
+    /// The status server's address and CA (`trainjobstatus`).
+    pub status_server: bool,
     /// Kinds it reads that need an explicit `allowedReads` (Secrets,
     /// cluster-scoped kinds); `None` when it needs no list.
     pub allowed_reads: Option<Vec<KindRef>>,
@@ -99,6 +101,10 @@ pub fn needs(name: &str) -> BuiltinNeeds {
                 images: vec![FLUX_VIEW_IMAGES.into()],
                 ..PodGrants::default()
             },
+            ..BuiltinNeeds::default()
+        },
+        "trainjobstatus" => BuiltinNeeds {
+            status_server: true,
             ..BuiltinNeeds::default()
         },
         "mpi" => BuiltinNeeds {
@@ -140,6 +146,7 @@ impl BuiltinPlugin {
         let mut src = self.source();
         src.grants = Grants {
             random: needs.random,
+            status_server: needs.status_server,
             pod: needs.pod,
             ..Grants::default()
         };

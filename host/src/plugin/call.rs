@@ -54,6 +54,9 @@ pub(crate) struct Inner {
     pub(crate) descriptor: Descriptor,
     pub(crate) sha256: String,
     pub(crate) config: String,
+    /// The operator's facts, for a plugin that declared and was granted
+    /// them ([`super::facts`]).
+    pub(crate) facts: Option<Arc<super::HostFacts>>,
     /// Kinds `build` may return: declared `emits`, narrowed by the
     /// administrator and checked against the host-wide rules at load.
     pub(crate) emits: BTreeSet<KindRef>,
@@ -420,6 +423,23 @@ impl LoadedPlugin {
         Ok(())
     }
 
+    /// The configuration a call of `phase` gets: the administrator's, with
+    /// the operator's facts when the plugin asked for and was granted them
+    /// ([`super::facts`]). Facts promised but not ready yet fail the call
+    /// as `Unavailable` (retried) before the plugin runs.
+    fn config_for(&self, phase: Phase) -> Result<String, Error> {
+        match &self.inner.facts {
+            None => Ok(self.inner.config.clone()),
+            Some(f) => f
+                .config_with_facts(&self.inner.config)
+                .map_err(|e| Error::Plugin {
+                    plugin: self.name().to_owned(),
+                    phase: phase.to_string(),
+                    error: PluginError::Unavailable(e.to_string()),
+                }),
+        }
+    }
+
     fn expected(&self, phase: Phase, e: wit::PluginError) -> Error {
         Error::Plugin {
             plugin: self.name().to_owned(),
@@ -453,7 +473,7 @@ impl LoadedPlugin {
         let wit_input = wit::PhaseInput {
             trainjob: input.trainjob.clone(),
             info: input.info.clone(),
-            config: self.inner.config.clone(),
+            config: self.config_for(phase)?,
         };
         self.call_within(
             phase.as_str(),
@@ -523,7 +543,7 @@ impl LoadedPlugin {
         let wit_input = wit::PhaseInput {
             trainjob: input.trainjob.clone(),
             info: input.info.clone(),
-            config: self.inner.config.clone(),
+            config: self.config_for(Phase::Build)?,
         };
         self.call_within(
             "build",
@@ -558,7 +578,7 @@ impl LoadedPlugin {
             trainjob: input.trainjob.clone(),
             old_trainjob: input.old_trainjob.clone(),
             info: input.info.clone(),
-            config: self.inner.config.clone(),
+            config: self.config_for(Phase::Validate)?,
         };
         self.call_within(
             "validate",
@@ -599,7 +619,7 @@ impl LoadedPlugin {
         let wit_input = wit::PhaseInput {
             trainjob: input.trainjob.clone(),
             info: input.info.clone(),
-            config: self.inner.config.clone(),
+            config: self.config_for(Phase::Status)?,
         };
         self.call(
             "status",

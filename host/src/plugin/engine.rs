@@ -71,6 +71,9 @@ pub struct RuntimeConfig {
     pub compiler: Compiler,
     /// Time and memory bounds of a compilation in a child process.
     pub compile_limits: CompileLimits,
+    /// Facts about the operator given to plugins that ask for them
+    /// ([`super::facts`]); shared, updated while plugins run.
+    pub facts: Arc<super::HostFacts>,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -85,6 +88,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("observer", &self.observer.as_ref().map(|_| "set"))
             .field("compiler", &self.compiler)
             .field("compile_limits", &self.compile_limits)
+            .field("facts", &self.facts)
             .finish()
     }
 }
@@ -106,6 +110,7 @@ impl Default for RuntimeConfig {
             observer: None,
             compiler: Compiler::InProcess,
             compile_limits: CompileLimits::default(),
+            facts: Arc::default(),
         }
     }
 }

@@ -10,13 +10,16 @@ pub struct Grants {
     /// `clock`: expose the real WASI wall and monotonic clocks (otherwise
     /// both are frozen at zero).
     pub clock: bool,
+    /// `trainJobStatusServer`: the status server's address and CA in the
+    /// configuration (see [`super::facts`]).
+    pub status_server: bool,
     /// Pod privileges beyond the baseline level the plugin may add.
     pub pod: PodGrants,
 }
 
 impl Grants {
     /// Parse grant names as the CLI takes them: capabilities (`random`,
-    /// `clock`) and pod privileges (`privileged`, `hostNamespaces`,
+    /// `clock`, `trainJobStatusServer`) and pod privileges (`privileged`, `hostNamespaces`,
     /// `hostPorts`, `hostPath=<prefix>`, `capability=<CAP>`,
     /// `serviceAccount=<name>`, `image=<prefix>`, `schedulerName=<name>`,
     /// `priorityClass=<name>`, `nodePlacement=<key>`, `secret=<name>`, `configMap=<name>`,
@@ -30,6 +33,7 @@ impl Grants {
                 None => match n {
                     "random" => g.random = true,
                     "clock" => g.clock = true,
+                    "trainJobStatusServer" => g.status_server = true,
                     "privileged" => g.pod.privileged = true,
                     "hostNamespaces" => g.pod.host_namespaces = true,
                     "hostPorts" => g.pod.host_ports = true,

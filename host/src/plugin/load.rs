@@ -364,6 +364,8 @@ impl PluginRuntime {
                 env: CallEnv { ctx, code, ..boot },
                 sha256: sha256.to_owned(),
                 config: src.config,
+                facts: (wants(super::facts::CAPABILITY_STATUS_SERVER) && src.grants.status_server)
+                    .then(|| self.config.facts.clone()),
                 emits: emits.into_iter().collect(),
                 pod_grants: src.grants.pod,
                 builtin: src.builtin,

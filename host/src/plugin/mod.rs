@@ -27,6 +27,8 @@
 //!   failure stops the pass.
 //! - [`CallObserver`]: told about every guest call (metrics).
 //! - [`builtin`]: plugins embedded in the binary at build time.
+//! - [`facts`]: what the host tells plugins that ask about the operator
+//!   (the TrainJob status server's address and CA).
 //! - `trainforge plugin inspect|run|bench` and the compile worker are
 //!   [`crate::cmd::plugin`], a floor above.
 //!
@@ -46,6 +48,7 @@ pub mod compile;
 pub mod descriptor;
 mod engine;
 mod error;
+pub mod facts;
 mod grants;
 pub mod kinds;
 mod load;
@@ -62,6 +65,7 @@ pub use compile::{CompileLimits, Compiler};
 pub use descriptor::wit_compatible;
 pub use engine::{Limits, RuntimeConfig, run_compile_worker};
 pub use error::Error;
+pub use facts::{HostFacts, StatusServer};
 pub use grants::Grants;
 pub use load::{DESCRIBE_TIMEOUT, PluginRuntime};
 pub use observe::CallObserver;

@@ -163,8 +163,15 @@ pub enum Privilege {
         quantity: String,
     },
     /// A service-account token in the pods: `automountServiceAccountToken:
-    /// true`, or a projected token (by audience).
+    /// true`, or a projected token for no particular audience.
     Token(String),
+    /// A projected service-account token for `audience`, as written.
+    ProjectedToken {
+        /// The token's audience.
+        audience: String,
+        /// The projection, as written.
+        what: String,
+    },
     /// DNS of the pods: `dnsPolicy`, `dnsConfig`, `hostAliases`.
     Dns(String),
     /// A container, init container or ephemeral container, by list and name.
@@ -206,6 +213,7 @@ impl std::fmt::Display for Privilege {
                 shown(quantity)
             ),
             Privilege::Token(t) => f.write_str(&shown(t)),
+            Privilege::ProjectedToken { what, .. } => f.write_str(&shown(what)),
             Privilege::Dns(what) => f.write_str(&shown(what)),
             Privilege::Container { list, name } => write!(f, "{list} entry {name:?}"),
             Privilege::Field(what) => write!(f, "{} (a field plugins may not set)", shown(what)),
@@ -295,7 +303,7 @@ impl PodGrants {
             Privilege::SecretRef(n) => listed(&self.secret_names, n),
             Privilege::ConfigMapRef(n) => listed(&self.config_map_names, n),
             Privilege::Resource { .. } => self.resources,
-            Privilege::Token(_) => self.service_account_tokens,
+            Privilege::Token(_) | Privilege::ProjectedToken { .. } => self.service_account_tokens,
             Privilege::Dns(_) => self.dns,
             Privilege::Container { name, .. } => listed(&self.containers, name),
             Privilege::Field(_) => self.privileged,
@@ -319,7 +327,9 @@ impl PodGrants {
             Privilege::SecretRef(_) => "grants.pod.secretNames",
             Privilege::ConfigMapRef(_) => "grants.pod.configMapNames",
             Privilege::Resource { .. } => "grants.pod.resources",
-            Privilege::Token(_) => "grants.pod.serviceAccountTokens",
+            Privilege::Token(_) | Privilege::ProjectedToken { .. } => {
+                "grants.pod.serviceAccountTokens"
+            }
             Privilege::Dns(_) => "grants.pod.dns",
             Privilege::Container { .. } => "grants.pod.containers",
             Privilege::Field(_) => "grants.pod.privileged",
@@ -401,8 +411,9 @@ fn walk(v: &Value, container: &str, out: &mut BTreeSet<Privilege>) {
                     },
                     "securityContext" => security_context(x, container, out),
                     // The runtime info's pod sets: a container added there
-                    // (Flux's init container) is the adding plugin's doing,
-                    // judged by name as in a pod spec, not the JobSet
+                    // (Flux's init container), a Secret, ConfigMap or token
+                    // its env or volumes reference, is the adding plugin's
+                    // doing, judged as in a pod spec, not the JobSet
                     // plugin's, which only copies it into the JobSet.
                     "podSets" => {
                         for ps in x.as_array().into_iter().flatten() {
@@ -410,12 +421,11 @@ fn walk(v: &Value, container: &str, out: &mut BTreeSet<Privilege>) {
                                 for c in
                                     ps.get(list).and_then(Value::as_array).into_iter().flatten()
                                 {
-                                    let name = c.get("name").and_then(Value::as_str).unwrap_or("?");
-                                    out.insert(Privilege::Container {
-                                        list,
-                                        name: name.to_owned(),
-                                    });
+                                    container_fields(list, c, false, out);
                                 }
+                            }
+                            if let Some(v) = ps.get("volumes") {
+                                volume_refs(v, out);
                             }
                         }
                         walk(x, container, out);
@@ -830,9 +840,14 @@ fn volume_refs(v: &Value, out: &mut BTreeSet<Privilege>) {
                 out.insert(Privilege::ConfigMapRef(n.to_owned()));
             }
             if let Some(t) = src.get("serviceAccountToken").filter(|t| !t.is_null()) {
-                out.insert(Privilege::Token(format!(
-                    "projected serviceAccountToken {t}"
-                )));
+                let what = format!("projected serviceAccountToken {t}");
+                out.insert(match t.get("audience").and_then(Value::as_str) {
+                    Some(a) if !a.is_empty() => Privilege::ProjectedToken {
+                        audience: a.to_owned(),
+                        what,
+                    },
+                    _ => Privilege::Token(what),
+                });
             }
         }
         for (k, x) in o {
@@ -1396,6 +1411,48 @@ mod tests {
             list: "containers",
             name: "node".into()
         }));
+    }
+
+    /// Secrets, ConfigMaps and tokens the info's pod sets reference (env,
+    /// `envFrom`, volumes) are the adding plugin's doing, as in a pod spec.
+    #[test]
+    fn references_added_to_the_infos_pod_sets_are_judged_as_in_a_pod_spec() {
+        let info = |env: Value, volumes: Value| {
+            json!({"templateSpec": {"podSets": [{"name": "node",
+                "containers": [{"name": "node", "env": env}], "volumes": volumes}]}})
+        };
+        let before = privileges(&info(json!([]), json!([])));
+        let after = privileges(&info(
+            json!([{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}},
+                   {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "c"}}}]),
+            json!([{"name": "s", "secret": {"secretName": "keys"}},
+                   {"name": "t", "projected": {"sources": [{"serviceAccountToken": {"audience": "vault", "path": "t"}}]}},
+                   {"name": "p", "persistentVolumeClaim": {"claimName": "data"}}]),
+        ));
+        let new: Vec<String> = added(&before, &after).map(ToString::to_string).collect();
+        assert!(
+            new.contains(&"a reference to Secret \"db\"".to_owned()),
+            "{new:?}"
+        );
+        assert!(
+            new.contains(&"a reference to ConfigMap \"cfg\"".to_owned()),
+            "{new:?}"
+        );
+        assert!(
+            new.contains(&"a reference to Secret \"keys\"".to_owned()),
+            "{new:?}"
+        );
+        assert!(
+            after.contains(&Privilege::ProjectedToken {
+                audience: "vault".into(),
+                what: r#"projected serviceAccountToken {"audience":"vault","path":"t"}"#.into()
+            }),
+            "{new:?}"
+        );
+        assert!(
+            new.iter().any(|p| p.contains("persistentVolumeClaim")),
+            "a volume type beyond the allow-list: {new:?}"
+        );
     }
 
     /// Everything beyond baseline a plugin may not change in pods without a

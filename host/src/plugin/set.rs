@@ -616,10 +616,14 @@ fn scope_of_json(json: &str) -> CallScope {
         .unwrap_or_default()
 }
 
-/// Refuse what `p` added beyond its grants. A resource quantity up to one
-/// the runtime or TrainJob already asks for needs no grant, nor does a
-/// reference to a Secret or ConfigMap named from the TrainJob (`<trainjob>`, `<trainjob>-…`: the names its plugins
-/// emit, see [`super::output_check`]) needs no grant.
+/// Refuse what `p` added beyond its grants. Needing no grant: a resource
+/// quantity up to one the runtime or TrainJob already asks for; a
+/// reference to a Secret or ConfigMap named from the TrainJob
+/// (`<trainjob>`, `<trainjob>-…`: the names its plugins emit, see
+/// [`super::output_check`]); a projected service-account token whose
+/// audience is this TrainJob's status endpoint ([`super::facts::status_audience`]: the
+/// status server accepts it for this TrainJob only, from pods that run its
+/// code anyway).
 fn check_added<'a>(
     p: &LoadedPlugin,
     phase: &str,
@@ -638,6 +642,11 @@ fn check_added<'a>(
             continue;
         }
         if matches!(privilege, Privilege::SecretRef(n) | Privilege::ConfigMapRef(n) if own(n)) {
+            continue;
+        }
+        if matches!(privilege, Privilege::ProjectedToken { audience, .. }
+            if *audience == super::facts::status_audience(&owner.namespace, &owner.name))
+        {
             continue;
         }
         if super::pod_policy::within_seen(privilege, seen.trainjob.iter().chain(&seen.info)) {

@@ -129,7 +129,20 @@ async fn kubeflow_python_sdk_suite() {
     for d in &install {
         apply(&client, d).await;
     }
-    let op = Operator::start(env, "operator-sdk", &["--resync-seconds", "30"]);
+    // The TrainJob status server on (upstream's `TrainJobStatus` gate), at
+    // a URL the suite (playing the training pods) reaches.
+    let status_port = trainforge_testenv::ports::free_port().unwrap();
+    let status_url = format!("https://127.0.0.1:{status_port}");
+    let op = Operator::start(
+        env,
+        "operator-sdk",
+        &[
+            "--resync-seconds",
+            "30",
+            &format!("--status-server-bind-address=127.0.0.1:{status_port}"),
+            &format!("--status-server-url={status_url}"),
+        ],
+    );
     op.wait_ready().await;
 
     let ns = env.create_namespace("sdk").await.unwrap();
@@ -158,6 +171,7 @@ async fn kubeflow_python_sdk_suite() {
         .current_dir(root())
         .env("KUBECONFIG", &kubeconfig)
         .env("TRAINFORGE_SDK_NAMESPACE", &ns)
+        .env("TRAINFORGE_STATUS_SERVER_URL", &status_url)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env("PYTHONUNBUFFERED", "1")
         .env_remove("KUBEFLOW_SYSTEM_NAMESPACE")

@@ -1010,6 +1010,8 @@ const NEEDED: &[Perm] = &[
         "",
         None,
     ),
+    // The TrainJob status server's token reviews.
+    ("create", "authentication.k8s.io", "tokenreviews", "", None),
     (
         "patch",
         "trainer.kubeflow.org",

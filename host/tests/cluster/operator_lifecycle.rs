@@ -436,7 +436,32 @@ async fn killing_the_operator_mid_run_loses_and_duplicates_nothing() {
             secret["data"].clone(),
         ));
     }
+    // A TrainJob that finishes now, and whose time to live runs out while
+    // the operator is down, is deleted after the restart (in a namespace of
+    // its own, so that the counts below are this test's).
+    let ttl_ns = s.env.create_namespace("crash-ttl").await.unwrap();
+    let ttl = 10;
+    apply(
+        client,
+        &trainjob_object(
+            &ttl_ns,
+            "ttl",
+            "torch-distributed",
+            json!({"ttlSecondsAfterFinished": ttl}),
+        ),
+    )
+    .await;
+    eventually("TrainJob ttl Complete", TIMEOUT, || async {
+        let tj = trainjob(client, &ttl_ns, "ttl").await?;
+        is_true(&tj, "Complete").then_some(())
+    })
+    .await;
+    let finished_at = Instant::now();
     op.kill();
+    assert!(
+        trainjob(client, &ttl_ns, "ttl").await.is_some(),
+        "deleted before its time to live was over"
+    );
     // While it is down, more work arrives and one job is suspended.
     for i in n / 2..n {
         let spec = json!({"trainer": {"numNodes": 2}, "runtimePatches": long_running()});
@@ -454,9 +479,29 @@ async fn killing_the_operator_mid_run_loses_and_duplicates_nothing() {
     );
     suspend["metadata"]["name"] = json!("mpi-0");
     apply(client, &suspend).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(
+        Duration::from_secs(ttl + 1)
+            .saturating_sub(finished_at.elapsed())
+            .max(Duration::from_secs(2)),
+    )
+    .await;
+    assert!(
+        trainjob(client, &ttl_ns, "ttl").await.is_some(),
+        "nothing deletes it while the operator is down"
+    );
     op.restart("operator-lifecycle-restarted");
     op.wait_ready().await;
+    eventually(
+        "TrainJob ttl deleted after the restart",
+        TIMEOUT,
+        || async {
+            trainjob(client, &ttl_ns, "ttl")
+                .await
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
 
     for i in 0..n {
         let name = format!("mpi-{i}");

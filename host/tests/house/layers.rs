@@ -458,7 +458,7 @@ pub const FLOORS: &[(u8, &str, &[&str])] = &[
     (
         5,
         "admission and controllers",
-        &["admission/", "controller/"],
+        &["admission/", "controller/", "statusserver/"],
     ),
     (4, "the pure pipeline and OCI", &["pipeline/", "oci/"]),
     (3, "shared operations", &["ops/"]),

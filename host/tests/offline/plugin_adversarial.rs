@@ -1032,6 +1032,42 @@ fn only_the_trainjobs_own_secrets_and_config_maps_are_mounted_without_a_grant() 
     }
 }
 
+/// A projected service-account token whose audience is the TrainJob's own
+/// status endpoint (what `trainjobstatus` mounts) needs no grant: the
+/// status server accepts it for this TrainJob only. One for another
+/// TrainJob's endpoint, the same name in another namespace, a prefix of
+/// it, or any other audience needs `serviceAccountTokens`.
+#[test]
+fn only_a_token_for_the_trainjobs_own_status_endpoint_is_mounted_without_a_grant() {
+    let rt = short_deadline_runtime();
+    let token = |audience: &str| {
+        json!({"set": [{"phase": "enforce-pod-spec", "target": "info",
+            "pointer": "/templateSpec/podSets/0/volumes",
+            "value": [{"name": "t", "projected": {"sources": [{"serviceAccountToken":
+                {"audience": audience, "expirationSeconds": 3600, "path": "token"}}]}}]}]})
+    };
+    let own = "trainer.kubeflow.org/v1alpha1/namespaces/team/trainjobs/job/status";
+    pipeline(vec![load(&rt, None, token(own))]).unwrap_or_else(|e| panic!("own: {e}"));
+    for foreign in [
+        "trainer.kubeflow.org/v1alpha1/namespaces/team/trainjobs/job2/status",
+        "trainer.kubeflow.org/v1alpha1/namespaces/other/trainjobs/job/status",
+        "trainer.kubeflow.org/v1alpha1/namespaces/team/trainjobs/job",
+        "https://kubernetes.default.svc",
+        "",
+    ] {
+        let e = pipeline(vec![load(&rt, None, token(foreign))]).unwrap_err();
+        assert_eq!(e.reason(), "PodSecurity", "{foreign:?}: {e}");
+        assert!(
+            e.to_string().contains("grants.pod.serviceAccountTokens"),
+            "{foreign:?}: {e}"
+        );
+        let mut src = source(None, token(foreign));
+        src.grants = Grants::from_names(["serviceAccountTokens"]).0;
+        pipeline(vec![rt.load(src).unwrap()])
+            .unwrap_or_else(|e| panic!("{foreign:?} with the grant: {e}"));
+    }
+}
+
 #[test]
 fn emitted_pod_templates_are_held_to_the_same_rules() {
     let rt = short_deadline_runtime();

@@ -248,6 +248,13 @@ pub struct PluginGrants {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = false))]
     pub clock: Option<bool>,
+    /// Give the plugin the TrainJob status server's address and CA in its
+    /// configuration (key `trainJobStatusServer`), when the plugin asks for
+    /// them (capability `trainjob-status-server`) and the operator serves
+    /// one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = false))]
+    pub train_job_status_server: Option<bool>,
     /// What the plugin may add to the pods it shapes beyond the Pod
     /// Security Standards baseline level (nothing when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]

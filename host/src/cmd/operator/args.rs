@@ -90,4 +90,7 @@ pub struct OperatorArgs {
     /// The admission webhooks.
     #[command(flatten)]
     pub admission: crate::admission::serve::AdmissionArgs,
+    /// The TrainJob status server.
+    #[command(flatten)]
+    pub status_server: crate::statusserver::StatusServerArgs,
 }

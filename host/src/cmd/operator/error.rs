@@ -27,6 +27,9 @@ pub enum OperatorError {
     /// The plugin runtime or the builtin plugins failed.
     #[error(transparent)]
     Plugin(#[from] plugin::Error),
+    /// The status server's flags are wrong.
+    #[error(transparent)]
+    StatusServer(#[from] crate::statusserver::Error),
     /// The compile worker (this executable) could not be located.
     #[error("plugin compiler: {0}")]
     Compiler(String),

@@ -125,6 +125,17 @@ pub(super) fn plugin_runtime(op: &Operator) -> Result<Arc<PluginRuntime>, Operat
         ),
     }
     runtime.set_observer(op.metrics.clone());
+    // With the status server on, plugins that inject its URL and CA wait
+    // for its certificate rather than render pods without them.
+    if let Some(addr) = args.status_server.address()? {
+        let url = args
+            .status_server
+            .url(addr, &args.admission.webhook_service);
+        runtime
+            .config()
+            .facts
+            .set_status_server(plugin::StatusServer::Starting { url });
+    }
     tokio::spawn(sweep_idle_code(runtime.clone(), op.shutdown.clone()));
     Ok(runtime)
 }
@@ -361,6 +372,7 @@ pub(super) fn admission(
 ) {
     tokio::spawn(serve_admission(
         op.args.admission.clone(),
+        op.args.status_server.clone(),
         op.client.clone(),
         loaded.served.clone(),
         runtime.clone(),
@@ -370,10 +382,13 @@ pub(super) fn admission(
     ));
 }
 
-/// Start the admission webhooks; `check` passes once they are served and
-/// fails with the reason when they cannot be.
+/// Start the admission webhooks and the TrainJob status server (each
+/// unless disabled) with one certificate; `check` passes once they are
+/// served and fails with the reason when they cannot be.
+#[allow(clippy::too_many_arguments)]
 async fn serve_admission(
     args: crate::admission::serve::AdmissionArgs,
+    status: crate::statusserver::StatusServerArgs,
     client: kube::Client,
     served: Served,
     runtime: Arc<PluginRuntime>,
@@ -381,17 +396,58 @@ async fn serve_admission(
     shutdown: CancellationToken,
     check: ReadyFlag,
 ) {
+    let not_served = |what: &str, e: &dyn std::fmt::Display| {
+        error!(error = %e, "{what} not served");
+        check.set_not_ready(format!("{what} not served: {e}"));
+    };
+    let status_addr = match status.address() {
+        Ok(a) => a,
+        Err(e) => return not_served("TrainJob status server", &e),
+    };
+    let admission_on = !matches!(
+        crate::admission::serve::bind_address(&args.webhook_bind_address),
+        Ok(None)
+    );
+    if !admission_on && status_addr.is_none() {
+        info!("admission server and TrainJob status server disabled");
+        check.set_ready();
+        return;
+    }
+    let resolver = match crate::admission::serve::certificates(
+        &args,
+        client.clone(),
+        shutdown.clone(),
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => return not_served("HTTPS servers (serving certificate)", &e),
+    };
+    if let Some(addr) = status_addr {
+        let url = status.url(addr, &args.webhook_service);
+        let facts = runtime.config().facts.clone();
+        if let Err(e) = crate::statusserver::start(
+            addr,
+            url,
+            client.clone(),
+            metrics.clone(),
+            resolver.clone(),
+            facts,
+            shutdown.clone(),
+        )
+        .await
+        {
+            return not_served("TrainJob status server", &e);
+        }
+    }
     let Served { plugins, tenants } = served;
     match crate::admission::serve::start(
-        &args, client, plugins, tenants, runtime, metrics, shutdown,
+        &args, client, plugins, tenants, runtime, metrics, resolver, shutdown,
     )
     .await
     {
         Ok(_) => check.set_ready(),
-        Err(e) => {
-            error!(error = %e, "admission webhooks not served");
-            check.set_not_ready(format!("admission webhooks not served: {e}"));
-        }
+        Err(e) => not_served("admission webhooks", &e),
     }
 }
 

@@ -124,6 +124,7 @@ pub fn options(
         .map_or_else(Grants::default, |g| Grants {
             random: g.random.unwrap_or(false),
             clock: g.clock.unwrap_or(false),
+            status_server: g.train_job_status_server.unwrap_or(false),
             pod: g
                 .pod
                 .as_ref()

@@ -375,6 +375,9 @@ fn grants_within(asked: &Grants, max: &Grants) -> Result<(), String> {
     if asked.clock && !max.clock {
         over.push("clock".to_owned());
     }
+    if asked.status_server && !max.status_server {
+        over.push("trainJobStatusServer".to_owned());
+    }
     let (a, m): (&PodGrants, &PodGrants) = (&asked.pod, &max.pod);
     for (name, on, allowed) in [
         ("pod.privileged", a.privileged, m.privileged),

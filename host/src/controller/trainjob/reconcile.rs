@@ -832,7 +832,9 @@ impl Reconcile<'_> {
     /// the runtime resolved and the job is not invalid
     /// ([`decide::reads_plugin_status`]). A view not available yet brings
     /// the reconcile back soon; a failing status plugin changes nothing
-    /// and its failure is kept.
+    /// and its failure is kept. Rule: `trainerStatus` is the training
+    /// process's, written only through the status server; whatever a
+    /// plugin returns for it is replaced by the stored one.
     async fn plugin_view(
         &mut self,
         seen: &Seen,
@@ -854,7 +856,12 @@ impl Reconcile<'_> {
             .plugin_status(resolved, &viewed.status, info, plugins.set.clone())
             .await
         {
-            Ok(PluginStatus::New(s)) => viewed.status = s,
+            Ok(PluginStatus::New(s)) => {
+                viewed.status = TrainJobStatus {
+                    trainer_status: seen.old.trainer_status.clone(),
+                    ..s
+                };
+            }
             Ok(PluginStatus::Unchanged) => {}
             Ok(PluginStatus::NotYet(why)) => {
                 debug!(%why, "status not available yet (e.g. the JobSet is not in the cache yet)");
