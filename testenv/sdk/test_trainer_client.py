@@ -303,6 +303,44 @@ def test_running_job(client, all_jobs):
         client.wait_for_job_status(name, timeout=3, polling_interval=POLL)
 
 
+def test_a_job_resumed_as_kueue_does_reads_running(client, kube, namespace):
+    """Suspend and resume by `spec.suspend`, as Kueue admits a job: while
+    suspended the SDK reads `Created`; once resumed and its pods run, the
+    operator drops `Suspended=False`, so `wait_for_job_status({"Running"})`
+    returns (upstream keeps it and the SDK reads `Created` for the whole run:
+    kubeflow/trainer#3666, kubeflow/sdk#803)."""
+    custom = k8s.CustomObjectsApi(kube)
+    name = client.train(
+        runtime="torch-distributed",
+        trainer=CustomTrainer(func=train_fn, num_nodes=NUM_NODES, resources_per_node=RESOURCES),
+        options=[long_running_patch()],
+    )
+
+    def set_suspend(value: bool):
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "trainjobs", name, {"spec": {"suspend": value}}
+        )
+
+    set_suspend(True)
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        stored = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
+        conds = (stored.get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Suspended" and c["status"] == "True" for c in conds):
+            break
+        assert time.monotonic() < deadline, stored.get("status")
+        time.sleep(POLL)
+    assert client.get_job(name).status == "Created"
+    set_suspend(False)
+    job = client.wait_for_job_status(
+        name, status={"Running"}, timeout=TIMEOUT, polling_interval=POLL
+    )
+    assert job.status == "Running"
+    stored = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
+    assert not (stored.get("status") or {}).get("conditions"), stored["status"]
+    client.delete_job(name)
+
+
 def test_active_deadline_fails_the_job(client, kube, namespace, all_jobs):
     name = all_jobs["deadline"]
     start = time.monotonic()

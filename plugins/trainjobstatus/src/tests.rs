@@ -138,6 +138,25 @@ fn a_variable_of_the_same_name_is_replaced_not_repeated_and_a_second_run_changes
 }
 
 #[test]
+fn every_trainer_pod_set_is_served() {
+    let job = |name: &str| {
+        json!({"name": name, "template": {"metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
+            "spec": {"template": {"spec": {"containers": [{"name": name, "image": "t:1"}]}}}}})
+    };
+    let runtime =
+        json!({"spec": {"template": {"spec": {"replicatedJobs": [job("launcher"), job("node")]}}}});
+    let before = RuntimeFixture::new(runtime).info().expect("valid runtime");
+    let out = run_with(config("https://s:1"), before).expect("runs");
+    for name in ["launcher", "node"] {
+        let ps = pod_set(&out, name);
+        assert_eq!(ps.volumes, [volume("team-a", "llm")], "{name}");
+        assert_eq!(ps.containers[0].volume_mounts, [mount()], "{name}");
+        assert_eq!(ps.containers[0].env.len(), 3, "{name}");
+    }
+    assert_eq!(out.objects.len(), 1, "one ConfigMap for all of them");
+}
+
+#[test]
 fn a_runtime_without_a_trainer_gets_nothing() {
     let runtime = json!({"spec": {"template": {"spec": {"replicatedJobs": [
         {"name": "work", "template": {"spec": {"template": {"spec": {"containers": [{"name": "work", "image": "w:1"}]}}}}}
@@ -160,6 +179,10 @@ fn a_malformed_server_is_refused_naming_the_field() {
             "trainJobStatusServer.url",
         ),
         (
+            json!({CONFIG_KEY: {"url": "", "caCert": CA}}),
+            "trainJobStatusServer.url",
+        ),
+        (
             json!({CONFIG_KEY: {"url": "http://s:1", "caCert": CA}}),
             "trainJobStatusServer.url",
         ),
@@ -173,6 +196,10 @@ fn a_malformed_server_is_refused_naming_the_field() {
         ),
         (
             json!({CONFIG_KEY: {"url": "https://s"}}),
+            "trainJobStatusServer.caCert",
+        ),
+        (
+            json!({CONFIG_KEY: {"url": "https://s", "caCert": ""}}),
             "trainJobStatusServer.caCert",
         ),
         (

@@ -17,9 +17,9 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use trainforge_api::trainer::v1alpha1::TrainJobStatus;
-use trainforge_api::trainer::v1alpha1::constants::CONDITION_FAILED;
+use trainforge_api::trainer::v1alpha1::constants::{CONDITION_FAILED, CONDITION_SUSPENDED};
 
-use super::conditions::{self, AfterFinished, Deadline};
+use super::conditions::{self, AfterFinished, ConditionStatus, Deadline};
 
 /// How soon a reconcile comes back when the status plugin's view is not
 /// available yet (e.g. the JobSet is not in the watch cache yet).
@@ -77,6 +77,9 @@ pub struct Input<'a> {
     pub suspended: bool,
     /// The job's JobSet exists and is not suspended.
     pub jobset_running: bool,
+    /// The job's JobSet runs with every job ready or succeeded
+    /// ([`super::ready_edge::all_ready`]): its pods run.
+    pub jobs_all_ready: bool,
     /// Why no plugin set can serve TrainJobs (only asked of unfinished
     /// jobs).
     pub not_serving: Option<&'a str>,
@@ -134,6 +137,12 @@ pub struct Decision {
 ///   failure; else no `Blocked`. `RuntimePatchesIgnored=True` exactly while
 ///   the patches diverge;
 /// - a finished job: no `Blocked`, `RuntimePatchesIgnored` left alone;
+/// - a resumed job (`Suspended=False`) whose pods all run again loses its
+///   `Suspended` condition: it says nothing a job never suspended does not,
+///   and while it stands the Kubeflow SDK never reports `Running` (it
+///   derives `Running` only for a job without conditions), so a job Kueue
+///   admitted would read `Created` for its whole run (upstream #3666,
+///   kubeflow/sdk#803);
 /// - the active deadline (its clock stops while suspended or finished):
 ///   exceeded fails the job (`Failed=True/DeadlineExceeded`) and deletes
 ///   its JobSet; not yet brings the reconcile back when it passes;
@@ -186,6 +195,11 @@ pub fn decide(input: Input<'_>) -> (TrainJobStatus, Decision) {
             ),
         }
         conditions::set_runtime_patches_ignored(&mut status, input.patches_ignored, now);
+        let resumed = conditions::find(&status, CONDITION_SUSPENDED)
+            .is_some_and(|c| c.status == ConditionStatus::False.as_str());
+        if resumed && !input.suspended && input.jobs_all_ready {
+            conditions::remove(&mut status, CONDITION_SUSPENDED);
+        }
     }
 
     let mut decision = Decision {
@@ -281,6 +295,7 @@ mod tests {
         viewed: Option<&'static [(&'static str, &'static str, &'static str)]>,
         suspended: bool,
         jobset_running: bool,
+        jobs_all_ready: bool,
         not_serving: Option<&'static str>,
         policy_problem: Option<&'static str>,
         build: Option<Stuck>,
@@ -301,6 +316,7 @@ mod tests {
         viewed: None,
         suspended: false,
         jobset_running: false,
+        jobs_all_ready: false,
         not_serving: None,
         policy_problem: None,
         build: None,
@@ -320,6 +336,7 @@ mod tests {
         (CONDITION_PLUGINS_READY, "False", REASON_NO_SERVING_PLUGINS);
     const RUNNING: (&str, &str, &str) = ("Running", "True", "JobSetRunning");
     const COMPLETE: (&str, &str, &str) = (CONDITION_COMPLETE, "True", "JobSetCompleted");
+    const RESUMED: (&str, &str, &str) = (CONDITION_SUSPENDED, "False", REASON_RESUMED);
     /// Marks its condition as changed now (see [`cond`]).
     const COMPLETE_NOW: (&str, &str, &str) = (CONDITION_COMPLETE, "True", "JobSetCompletedNow");
 
@@ -335,6 +352,57 @@ mod tests {
             Row {
                 name: "a healthy job gets no extension and comes back at resync",
                 expect: &[],
+                ..ROW
+            },
+            Row {
+                name: "resumed, pods not all running yet: Suspended=False stays",
+                old: &[RESUMED],
+                jobset_running: true,
+                expect: &[RESUMED],
+                ..ROW
+            },
+            Row {
+                name: "resumed and its pods all run: Suspended goes (the SDK reads Running)",
+                old: &[RESUMED],
+                jobset_running: true,
+                jobs_all_ready: true,
+                expect: &[],
+                ..ROW
+            },
+            Row {
+                name: "resumed with other conditions: only Suspended goes",
+                old: &[
+                    RESUMED,
+                    (
+                        CONDITION_RUNTIME_PATCHES_IGNORED,
+                        "True",
+                        REASON_RUNTIME_PATCHES_CHANGED,
+                    ),
+                ],
+                patches_ignored: Some("patches changed"),
+                jobset_running: true,
+                jobs_all_ready: true,
+                expect: &[(
+                    CONDITION_RUNTIME_PATCHES_IGNORED,
+                    "True",
+                    REASON_RUNTIME_PATCHES_CHANGED,
+                )],
+                ..ROW
+            },
+            Row {
+                name: "suspended: Suspended=True stays whatever the pods",
+                old: &[(CONDITION_SUSPENDED, "True", REASON_SUSPENDED)],
+                viewed: Some(&[(CONDITION_SUSPENDED, "True", REASON_SUSPENDED)]),
+                suspended: true,
+                jobs_all_ready: true,
+                expect: &[(CONDITION_SUSPENDED, "True", REASON_SUSPENDED)],
+                ..ROW
+            },
+            Row {
+                name: "a finished resumed job keeps Suspended=False",
+                old: &[RESUMED, COMPLETE],
+                jobs_all_ready: true,
+                expect: &[RESUMED, COMPLETE],
                 ..ROW
             },
             Row {
@@ -617,6 +685,7 @@ mod tests {
                 finished,
                 suspended: row.suspended,
                 jobset_running: row.jobset_running,
+                jobs_all_ready: row.jobs_all_ready,
                 not_serving: row.not_serving,
                 policy_problem: row.policy_problem,
                 build: row.build.as_ref(),
@@ -661,6 +730,7 @@ mod tests {
             finished: false,
             suspended: false,
             jobset_running: false,
+            jobs_all_ready: false,
             not_serving: None,
             policy_problem: None,
             build: build.as_ref(),

@@ -896,6 +896,10 @@ impl Reconcile<'_> {
             finished: seen.finished,
             suspended: seen.suspended,
             jobset_running: seen.jobset.as_ref().is_some_and(|j| !is_suspended(j)),
+            jobs_all_ready: seen
+                .jobset
+                .as_ref()
+                .is_some_and(|j| !is_suspended(j) && super::ready_edge::all_ready(j)),
             not_serving: not_serving.as_deref(),
             policy_problem: verdict.policy_problem.as_deref(),
             build: verdict.stuck.as_ref(),

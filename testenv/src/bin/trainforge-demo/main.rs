@@ -14,7 +14,9 @@
 //! 4. apply the example TrainJobs (by default `default/demo` of
 //!    `examples/trainjob-torch-distributed.yaml`) and print a live view of each
 //!    (state, JobSet, pod phases) until it is `Complete` or `Failed`, then its
-//!    `status.jobsStatus`;
+//!    `status.jobsStatus`; then report its progress as its trainer pod would
+//!    (the operator runs its TrainJob status server) and print
+//!    `status.trainerStatus`;
 //! 5. print the kubeconfig and stay up until Ctrl-C (or `--exit-after`).
 //!
 //! A TrainJob that fails, or is not finished after `--timeout` seconds, or an
@@ -47,6 +49,7 @@ mod apply;
 mod diagnose;
 mod live_view;
 mod operator;
+mod progress;
 mod publish;
 
 use apply::{apply_docs, apply_plugins, is_trainjob, load_examples};
@@ -171,6 +174,9 @@ enum DemoError {
     /// Publishing or loading the `--oci-plugin` failed.
     #[error("the OCI plugin: {0}")]
     Publish(String),
+    /// Reporting progress as a training pod failed.
+    #[error("TrainJob progress: {0}")]
+    Progress(String),
 }
 
 #[tokio::main]
@@ -317,10 +323,13 @@ async fn run(
                     Some(p)
                 }
             };
-            let extra = published
+            let mut extra = published
                 .as_ref()
                 .map(publish::Published::operator_args)
                 .unwrap_or_default();
+            // The TrainJob status server, at an address the demo reaches.
+            let status_addr = std::net::SocketAddr::from(([127, 0, 0, 1], ports::free_port()?));
+            extra.extend(progress::operator_args(status_addr));
             // The admission webhooks, as shipped, called through a local
             // front (the Service of a real cluster). Registered before the
             // operator starts: it writes its CA bundle into them.
@@ -362,6 +371,13 @@ async fn run(
                 tokio::select! {
                     r = live_view(&client, op, &trainjobs, Duration::from_secs(args.timeout)) => r?,
                     _ = shutdown_signal() => return Err(DemoError::Interrupted),
+                }
+                for (ns, name) in &trainjobs {
+                    let status = progress::report(&client, env.dir(), ns, name).await?;
+                    println!(
+                        "demo: {ns}/{name}: progress reported as its trainer pod would \
+                         (token for its own status endpoint, the operator's CA): status.trainerStatus {status}"
+                    );
                 }
             }
         }
