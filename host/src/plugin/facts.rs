@@ -23,24 +23,13 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use serde_json::Value;
+pub use trainforge_api::trainer::v1alpha1::status_audience;
 
 /// The capability a plugin declares to be given the status server's facts.
 pub const CAPABILITY_STATUS_SERVER: &str = "trainjob-status-server";
 
 /// The key of the plugin configuration the facts are written under.
 pub const CONFIG_KEY: &str = "trainJobStatusServer";
-
-/// The path of the status endpoint of the TrainJob `namespace/name`.
-pub fn status_path(namespace: &str, name: &str) -> String {
-    format!("/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status")
-}
-
-/// The audience of the tokens the status server accepts for the TrainJob
-/// `namespace/name` (upstream's shape: the endpoint's path without its
-/// `/apis/` prefix), so a token is good for one TrainJob only.
-pub fn status_audience(namespace: &str, name: &str) -> String {
-    format!("trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status")
-}
 
 /// Where the status server stands.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -49,15 +49,11 @@ pub const CA_FILE: &str = "ca.crt";
 pub const TOKEN_SECONDS: i64 = 3600;
 
 /// The status endpoint's path for the TrainJob `namespace/name`.
-pub fn path(namespace: &str, name: &str) -> String {
-    format!("/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status")
-}
+pub use trainforge_sdk::api::trainer::v1alpha1::status_endpoint_path as path;
 
 /// The audience the status server accepts for the TrainJob
 /// `namespace/name` only.
-pub fn audience(namespace: &str, name: &str) -> String {
-    format!("trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status")
-}
+pub use trainforge_sdk::api::trainer::v1alpha1::status_audience as audience;
 
 /// `<job>-tls-config`: the ConfigMap with the server's CA.
 pub fn ca_config_map_name(job: &str) -> String {

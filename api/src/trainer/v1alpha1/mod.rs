@@ -26,7 +26,10 @@ pub use runtime_patch::{
     ContainerPatch, JobSetSpecPatch, JobSetTemplatePatch, JobSpecPatch, JobTemplatePatch,
     PodSpecPatch, PodTemplatePatch, ReplicatedJobPatch, RuntimePatch, TrainingRuntimeSpecPatch,
 };
-pub use status::{JobStatus, Metric, TrainJobStatus, TrainerStatus, UpdateTrainJobStatusRequest};
+pub use status::{
+    JobStatus, Metric, TrainJobStatus, TrainerStatus, UpdateTrainJobStatusRequest, status_audience,
+    status_endpoint_path,
+};
 pub use training_runtime::{
     ClusterTrainingRuntime, JobSetTemplateSpec, RunPolicy, TrainingRuntime, TrainingRuntimeSpec,
 };

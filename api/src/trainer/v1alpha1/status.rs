@@ -94,6 +94,19 @@ pub struct Metric {
     pub value: String,
 }
 
+/// The audience of the tokens the TrainJob status server accepts for the
+/// TrainJob `namespace/name` only (upstream's shape: its endpoint's path
+/// without the `/apis/` prefix).
+pub fn status_audience(namespace: &str, name: &str) -> String {
+    format!("trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status")
+}
+
+/// The path of the status server's endpoint for the TrainJob
+/// `namespace/name`.
+pub fn status_endpoint_path(namespace: &str, name: &str) -> String {
+    format!("/apis/{}", status_audience(namespace, name))
+}
+
 /// UpdateTrainJobStatusRequest is the body of the status server's POST.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
