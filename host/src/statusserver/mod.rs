@@ -13,7 +13,8 @@
 //!    anything else is `404 Not found` ([`request::route`]);
 //! 2. `Authorization: Bearer <token>` ([`request::bearer`]), else `403`;
 //! 3. a body of at most [`request::MAX_BODY_BYTES`], else `413 Payload too
-//!    large`; an `UpdateTrainJobStatusRequest`, else `422 Invalid payload`;
+//!    large` (sent once the client is done, up to a bounded overshoot:
+//!    [`read_body`]); an `UpdateTrainJobStatusRequest`, else `422 Invalid payload`;
 //! 4. the token reviewed for this TrainJob only ([`auth`]), else `403
 //!    Forbidden`;
 //! 5. no `trainerStatus`: `200` with the request, nothing written;
@@ -61,6 +62,10 @@ pub const FIELD_MANAGER: &str = "trainer-status";
 
 /// Time one request may take in all (upstream's read/write timeouts).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How much of a too-large body is read and dropped before the `413` goes
+/// out ([`read_body`]).
+const DRAIN_BYTES: usize = 256 << 10;
 
 /// How often the CA given to plugins is compared with the served one.
 const CA_CHECK_INTERVAL: Duration = Duration::from_secs(10);
@@ -223,9 +228,15 @@ async fn serve(shared: &Shared, target: Target, req: Request) -> Response {
         debug!("no bearer token");
         return failure(StatusCode::FORBIDDEN, "Forbidden");
     };
-    let body = match axum::body::to_bytes(req.into_body(), request::MAX_BODY_BYTES).await {
+    let body = match read_body(req.into_body()).await {
         Ok(b) => b,
-        Err(_) => return failure(StatusCode::PAYLOAD_TOO_LARGE, "Payload too large"),
+        Err(BodyError::TooLarge) => {
+            return failure(StatusCode::PAYLOAD_TOO_LARGE, "Payload too large");
+        }
+        Err(BodyError::Read(why)) => {
+            debug!(%why, "reading the body");
+            return failure(StatusCode::UNPROCESSABLE_ENTITY, "Invalid payload");
+        }
     };
     let update = match request::decode(&body) {
         Ok(u) => u,
@@ -295,6 +306,42 @@ async fn serve(shared: &Shared, target: Target, req: Request) -> Response {
     }
 }
 
+/// Why a body was not read.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    /// More than [`request::MAX_BODY_BYTES`].
+    #[error("the body is larger than {} bytes", request::MAX_BODY_BYTES)]
+    TooLarge,
+    /// The connection failed mid-body.
+    #[error("reading the body: {0}")]
+    Read(String),
+}
+
+/// Read at most [`request::MAX_BODY_BYTES`]. A larger body is refused, but
+/// up to [`DRAIN_BYTES`] past the limit are read and thrown away first, as
+/// Go's `net/http` does: a client still sending when the answer goes out
+/// would otherwise see the connection reset instead of its `413`. Nothing
+/// past the limit is kept, so a large body costs time, not memory.
+async fn read_body(body: Body) -> Result<bytes::Bytes, BodyError> {
+    use futures::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut kept = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| BodyError::Read(e.to_string()))?;
+        seen = seen.saturating_add(chunk.len());
+        if seen <= request::MAX_BODY_BYTES {
+            kept.extend_from_slice(&chunk);
+        } else if seen > request::MAX_BODY_BYTES + DRAIN_BYTES {
+            break;
+        }
+    }
+    if seen > request::MAX_BODY_BYTES {
+        return Err(BodyError::TooLarge);
+    }
+    Ok(kept.freeze())
+}
+
 fn ok(echo: &Value) -> Response {
     json_response(StatusCode::OK, echo)
 }
@@ -310,4 +357,47 @@ fn json_response(code: StatusCode, v: &Value) -> Response {
         Body::from(v.to_string()),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::StreamExt;
+
+    use super::*;
+
+    /// A body of `chunks` chunks of 16 KiB that counts how many were pulled.
+    fn counted(chunks: usize, pulled: Arc<AtomicUsize>) -> Body {
+        let stream = futures::stream::iter(0..chunks).map(move |_| {
+            pulled.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b' '; 16 << 10]))
+        });
+        Body::from_stream(stream)
+    }
+
+    #[tokio::test]
+    async fn a_body_at_the_limit_is_read_whole_and_one_byte_more_is_too_large() {
+        let at = read_body(Body::from(vec![b'x'; request::MAX_BODY_BYTES]))
+            .await
+            .unwrap();
+        assert_eq!(at.len(), request::MAX_BODY_BYTES);
+        let over = read_body(Body::from(vec![b'x'; request::MAX_BODY_BYTES + 1])).await;
+        assert!(matches!(over, Err(BodyError::TooLarge)), "{over:?}");
+    }
+
+    #[tokio::test]
+    async fn a_too_large_body_is_drained_a_bounded_amount_then_dropped() {
+        // 96 KiB, as a chatty client sends: all of it is read before the 413.
+        let pulled = Arc::new(AtomicUsize::new(0));
+        let r = read_body(counted(6, pulled.clone())).await;
+        assert!(matches!(r, Err(BodyError::TooLarge)), "{r:?}");
+        assert_eq!(pulled.load(Ordering::SeqCst), 6);
+        // 16 MiB: reading stops just past the drain bound.
+        let pulled = Arc::new(AtomicUsize::new(0));
+        let r = read_body(counted(1024, pulled.clone())).await;
+        assert!(matches!(r, Err(BodyError::TooLarge)), "{r:?}");
+        let bound = (request::MAX_BODY_BYTES + DRAIN_BYTES) / (16 << 10) + 1;
+        assert_eq!(pulled.load(Ordering::SeqCst), bound);
+    }
 }
