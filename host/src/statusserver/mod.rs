@@ -13,8 +13,8 @@
 //!    anything else is `404 Not found` ([`request::route`]);
 //! 2. `Authorization: Bearer <token>` ([`request::bearer`]), else `403`;
 //! 3. a body of at most [`request::MAX_BODY_BYTES`], else `413 Payload too
-//!    large` (sent once the client is done, up to a bounded overshoot:
-//!    [`read_body`]); an `UpdateTrainJobStatusRequest`, else `422 Invalid payload`;
+//!    large` (sent once the client is done sending, up to 256 KiB past the
+//!    limit); an `UpdateTrainJobStatusRequest`, else `422 Invalid payload`;
 //! 4. the token reviewed for this TrainJob only ([`auth`]), else `403
 //!    Forbidden`;
 //! 5. no `trainerStatus`: `200` with the request, nothing written;
