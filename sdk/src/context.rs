@@ -498,6 +498,7 @@ mod tests {
             runtime_policy: RuntimePolicy {
                 ml_policy: Some(json!({"torch": {"numProcPerNode": 2}})),
                 pod_group_policy: None,
+                run_policy: None,
             },
             ..Info::default()
         };

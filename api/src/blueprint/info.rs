@@ -82,6 +82,7 @@ pub fn runtime_info(merged: &MergedTemplate) -> Result<Info, InfoError> {
         runtime_policy: RuntimePolicy {
             ml_policy: policy(merged.ml_policy.as_ref().map(serde_json::to_value))?,
             pod_group_policy: policy(merged.pod_group_policy.as_ref().map(serde_json::to_value))?,
+            run_policy: policy(merged.run_policy.as_ref().map(serde_json::to_value))?,
         },
         scheduler: Scheduler::default(),
         template_spec: TemplateSpec { obj, pod_sets },

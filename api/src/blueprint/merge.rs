@@ -24,7 +24,7 @@ use crate::trainer::v1alpha1::constants::{
     ANCESTOR_TRAINER, CONTAINER_NODE, LABEL_TRAINJOB_ANCESTOR, NODE,
 };
 use crate::trainer::v1alpha1::{
-    MLPolicy, PodGroupPolicy, RuntimePatch, TrainJob, TrainingRuntimeSpec,
+    MLPolicy, PodGroupPolicy, RunPolicy, RuntimePatch, TrainJob, TrainingRuntimeSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
@@ -44,6 +44,8 @@ pub struct MergedTemplate {
     pub ml_policy: Option<MLPolicy>,
     /// The runtime's pod-group policy.
     pub pod_group_policy: Option<PodGroupPolicy>,
+    /// The runtime's run policy.
+    pub run_policy: Option<RunPolicy>,
 }
 
 /// Why a TrainJob's overrides cannot be merged into its runtime.
@@ -306,6 +308,7 @@ pub fn merge_collecting(
         spec: spec_out,
         ml_policy: runtime.ml_policy.clone(),
         pod_group_policy: runtime.pod_group_policy.clone(),
+        run_policy: runtime.run_policy.clone(),
     };
     Ok((merged, problems))
 }

@@ -328,6 +328,7 @@ mod tests {
         let torch = RuntimePolicy {
             ml_policy: Some(serde_json::json!({"numNodes": 2, "torch": {}, "mpi": null})),
             pod_group_policy: None,
+            run_policy: None,
         };
         // Field keys: called only when the runtime sets one of them (JSON
         // null is unset).

@@ -49,11 +49,15 @@ pub struct RuntimePolicy {
     /// The runtime's `spec.podGroupPolicy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_group_policy: Option<Value>,
+    /// The runtime's `spec.runPolicy` (its failure policy is read by the
+    /// JobSet plugin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_policy: Option<Value>,
 }
 
 impl RuntimePolicy {
-    /// A policy by key: `mlPolicy.torch`, `podGroupPolicy.coscheduling`, or
-    /// just `mlPolicy`. `None` when absent or JSON `null`.
+    /// A policy by key: `mlPolicy.torch`, `podGroupPolicy.coscheduling`,
+    /// `runPolicy.failurePolicy`, or just `mlPolicy`. `None` when absent or JSON `null`.
     pub fn get(&self, key: &str) -> Option<&Value> {
         let (root, rest) = match key.split_once('.') {
             Some((r, rest)) => (r, Some(rest)),
@@ -62,6 +66,7 @@ impl RuntimePolicy {
         let mut v = match root {
             "mlPolicy" => self.ml_policy.as_ref()?,
             "podGroupPolicy" => self.pod_group_policy.as_ref()?,
+            "runPolicy" => self.run_policy.as_ref()?,
             _ => return None,
         };
         if let Some(rest) = rest {

@@ -116,6 +116,57 @@ pub fn validate_replicated_jobs(spec: &TrainingRuntimeSpec) -> Vec<FieldError> {
     errors
 }
 
+/// The runtime's `runPolicy.failurePolicy` (upstream's KEP-4162) cannot be
+/// combined with a template JobSet `failurePolicy` or a Job
+/// `podFailurePolicy`; a `RestartTrainJobAndIgnoreMaxRestarts` rule without
+/// `runPolicy.activeDeadlineSeconds` is admitted with a warning.
+pub fn failure_policy(spec: &TrainingRuntimeSpec) -> (Vec<FieldError>, Vec<String>) {
+    let (mut errors, mut warnings) = (Vec::new(), Vec::new());
+    let run = spec.run_policy.as_ref();
+    let Some(policy) = run.and_then(|r| r.failure_policy.as_ref()) else {
+        return (errors, warnings);
+    };
+    let template = spec.template.spec.as_ref();
+    if template.is_some_and(|s| s.failure_policy.is_some()) {
+        errors.push(FieldError {
+            error_type: FieldErrorType::Forbidden,
+            field: "spec.runPolicy.failurePolicy".into(),
+            bad_value: None,
+            detail: "cannot be combined with spec.template.spec.failurePolicy".into(),
+        });
+    }
+    let jobs = template.and_then(|s| s.replicated_jobs.as_ref());
+    for (i, rj) in jobs.into_iter().flatten().enumerate() {
+        if rj
+            .template
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.pod_failure_policy.is_some())
+        {
+            errors.push(FieldError {
+                error_type: FieldErrorType::Forbidden,
+                field: "spec.runPolicy.failurePolicy".into(),
+                bad_value: None,
+                detail: format!(
+                    "cannot be combined with spec.template.spec.replicatedJobs[{i}].template.spec.podFailurePolicy"
+                ),
+            });
+        }
+    }
+    let uncounted = policy.rules.iter().flatten().any(|r| {
+        r.action == trainforge_api::trainer::v1alpha1::failure_policy::ACTION_RESTART_UNCOUNTED
+    });
+    if uncounted && run.and_then(|r| r.active_deadline_seconds).is_none() {
+        warnings.push(
+            "spec.runPolicy.failurePolicy has a RestartTrainJobAndIgnoreMaxRestarts rule and \
+             spec.runPolicy.activeDeadlineSeconds is not set: a TrainJob failing that way \
+             restarts without end unless it sets activeDeadlineSeconds"
+                .to_owned(),
+        );
+    }
+    (errors, warnings)
+}
+
 /// Whether the blueprint can give a TrainJob its runtime info at all.
 fn blueprint_errors(spec: &TrainingRuntimeSpec) -> Vec<FieldError> {
     let probe: Result<TrainJob, _> = serde_json::from_value(json!({
@@ -184,6 +235,9 @@ pub fn review_runtime(
     }
     let mut errors = validate_replicated_jobs(&spec);
     errors.extend(blueprint_errors(&spec));
+    let (fp_errors, fp_warnings) = failure_policy(&spec);
+    errors.extend(fp_errors);
+    warnings.extend(fp_warnings);
     Ok(if errors.is_empty() {
         Verdict::allow(warnings)
     } else {
@@ -250,6 +304,52 @@ mod tests {
         let v = review_runtime(RuntimeKind::Namespaced, Operation::Create, &rt).unwrap();
         assert!(v.allowed, "{v:?}");
         assert!(v.warnings.is_empty());
+    }
+
+    #[test]
+    fn a_failure_policy_refuses_the_templates_own_and_warns_on_endless_restarts() {
+        let with = |run_policy: Value, js_policy: Option<Value>, pod_policy: bool| {
+            let mut node = job("node", Some("trainer"), None, &["node"]);
+            if pod_policy {
+                node["template"]["spec"]["podFailurePolicy"] = json!({"rules": [
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]});
+            }
+            let mut rt = runtime("ClusterTrainingRuntime", json!({}), vec![node]);
+            rt["spec"]["runPolicy"] = run_policy;
+            if let Some(p) = js_policy {
+                rt["spec"]["template"]["spec"]["failurePolicy"] = p;
+            }
+            review_runtime(RuntimeKind::Cluster, Operation::Create, &rt).unwrap()
+        };
+        let counted = json!({"failurePolicy": {"maxRestarts": 2, "rules": [
+            {"action": "FailTrainJob", "onExitCodes": {"operator": "In", "values": [42]}}]}});
+        let v = with(counted.clone(), None, false);
+        assert!(v.allowed && v.warnings.is_empty(), "{v:?}");
+        // Without a runtime policy, the template's own handling stays allowed.
+        let v = with(json!({}), Some(json!({"maxRestarts": 1})), true);
+        assert!(v.allowed, "{v:?}");
+        let v = with(counted, Some(json!({"maxRestarts": 1})), true);
+        assert!(!v.allowed);
+        assert!(
+            message(&v).contains(
+                "spec.runPolicy.failurePolicy: Forbidden: cannot be combined with spec.template.spec.failurePolicy"
+            ),
+            "{v:?}"
+        );
+        assert!(
+            message(&v)
+                .contains("spec.template.spec.replicatedJobs[0].template.spec.podFailurePolicy"),
+            "{v:?}"
+        );
+        let endless = json!({"failurePolicy": {"rules": [{"action": "RestartTrainJobAndIgnoreMaxRestarts",
+            "onPodConditions": [{"type": "DisruptionTarget"}]}]}});
+        let v = with(endless.clone(), None, false);
+        assert!(v.allowed, "{v:?}");
+        assert_eq!(v.warnings.len(), 1, "{v:?}");
+        assert!(v.warnings[0].contains("activeDeadlineSeconds"), "{v:?}");
+        let mut bounded = endless;
+        bounded["activeDeadlineSeconds"] = json!(3600);
+        assert!(with(bounded, None, false).warnings.is_empty());
     }
 
     #[test]

@@ -579,6 +579,99 @@ async fn cel_rules_reject_bad_objects_with_upstream_messages() {
         .unwrap();
 }
 
+/// The failure policy's schema (upstream's KEP-4162): one requirement per
+/// rule, at most 20 rules, no exit code 0 with `In`, known actions, a
+/// TrainJob `maxRestarts` that is set and not negative; a condition's
+/// status defaults to `True`.
+#[tokio::test]
+async fn failure_policies_are_checked_by_the_schema() {
+    let Some(env) = env() else { return };
+    let client = env.client().await.unwrap();
+    let ns = env.create_namespace("crds-failure").await.unwrap();
+    let with_policy = |name: &str, policy: Value| {
+        let mut r = runtime(name, None, None, None);
+        r["spec"]["runPolicy"] = json!({"failurePolicy": policy});
+        place(r, &ns)
+    };
+    let exit = json!({"operator": "In", "values": [42]});
+    let disrupted = json!([{"type": "DisruptionTarget"}]);
+    let many = vec![json!({"action": "FailTrainJob", "onExitCodes": exit}); 21];
+    let refused: Vec<(&str, Value, &str)> = vec![
+        (
+            "both requirements",
+            with_policy(
+                "both",
+                json!({"rules": [{"action": "FailTrainJob",
+                "onExitCodes": exit, "onPodConditions": disrupted}]}),
+            ),
+            cel::ONE_FAILURE_REQUIREMENT.message,
+        ),
+        (
+            "no requirement",
+            with_policy("none", json!({"rules": [{"action": "FailTrainJob"}]})),
+            cel::ONE_FAILURE_REQUIREMENT.message,
+        ),
+        (
+            "exit code 0 with In",
+            with_policy(
+                "zero",
+                json!({"rules": [{"action": "FailTrainJob",
+                "onExitCodes": {"operator": "In", "values": [0, 1]}}]}),
+            ),
+            cel::EXIT_CODE_ZERO_NOT_IN.message,
+        ),
+        (
+            "unknown action",
+            with_policy(
+                "action",
+                json!({"rules": [{"action": "FailJobSet", "onExitCodes": exit}]}),
+            ),
+            "Unsupported value: \"FailJobSet\"",
+        ),
+        (
+            "21 rules",
+            with_policy("many", json!({"rules": many})),
+            "must have at most 20 items",
+        ),
+        (
+            "negative maxRestarts",
+            with_policy("negative", json!({"maxRestarts": -1})),
+            "should be greater than or equal to 0",
+        ),
+        (
+            "TrainJob without maxRestarts",
+            place(
+                trainjob(
+                    "no-max",
+                    json!({"runtimeRef": {"name": "x"}, "failurePolicy": {}}),
+                ),
+                &ns,
+            ),
+            "Required value",
+        ),
+    ];
+    for (what, obj, message) in refused {
+        expect_invalid(what, create(&client, &ns, &obj).await, message);
+    }
+    let stored = create(
+        &client,
+        &ns,
+        &with_policy(
+            "ok",
+            json!({"maxRestarts": 2, "rules": [
+            {"action": "RestartTrainJobAndIgnoreMaxRestarts", "onPodConditions": disrupted},
+            {"action": "FailTrainJob", "onExitCodes": {"operator": "NotIn", "values": [0, 1]}}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        stored["spec"]["runPolicy"]["failurePolicy"]["rules"][0]["onPodConditions"][0]["status"],
+        json!("True"),
+        "the condition status defaults to True"
+    );
+}
+
 #[tokio::test]
 async fn immutable_fields_cannot_change() {
     let Some(env) = env() else { return };
@@ -589,6 +682,7 @@ async fn immutable_fields_cannot_change() {
         "initializer": {"dataset": {"storageUri": "s3://a/b"}},
         "trainer": {"image": "a", "numNodes": 1},
         "activeDeadlineSeconds": 100,
+        "failurePolicy": {"maxRestarts": 1},
         "managedBy": "trainer.kubeflow.org/trainjob-controller",
         "suspend": true,
         "runtimePatches": [{"manager": "example.com/m", "trainingRuntimeSpec": {"template": {"spec": {
@@ -619,6 +713,10 @@ async fn immutable_fields_cannot_change() {
         (
             "managedBy",
             json!({"managedBy": "kueue.x-k8s.io/multikueue"}),
+        ),
+        (
+            "failurePolicy",
+            json!({"failurePolicy": {"maxRestarts": 2}}),
         ),
         ("runtimePatches serviceAccountName", pod_patch("other", "b")),
     ];

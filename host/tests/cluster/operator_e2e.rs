@@ -1327,3 +1327,197 @@ async fn pods_that_cannot_be_created_surface_on_the_trainjob() {
     )
     .await;
 }
+
+/// A torch runtime of this namespace with `run_policy` as its `runPolicy`
+/// whose trainer pods fail (kwok) with `exit`, or run as kwok runs them
+/// with `None`.
+async fn failing_runtime(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    run_policy: Value,
+    exit: Option<u8>,
+) {
+    let mut runtime = docs(
+        &root().join("api/tests/fixtures/upstream/torch-distributed.yaml"),
+        None,
+    )
+    .remove(0);
+    runtime["kind"] = json!("TrainingRuntime");
+    runtime["metadata"] = json!({"name": name, "namespace": ns});
+    runtime["spec"]["runPolicy"] = run_policy;
+    if let Some(exit) = exit {
+        runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+            ["metadata"] = json!({
+            "labels": { FAIL_POD_LABEL: "true" },
+            "annotations": { format!("{FAIL_POD_LABEL}/exit-code"): exit.to_string() }
+        });
+    }
+    apply(client, &runtime).await;
+}
+
+/// Upstream's KEP-4162 e2e case "fails every time, `maxRestarts: 1`": the
+/// TrainJob's own `maxRestarts` wins over the runtime's, the JobSet is
+/// restarted once (a Warning per restart) and then the TrainJob is
+/// `Failed/ReachedMaxRestarts` with `restarts: 1`.
+#[tokio::test]
+async fn a_failure_policy_restarts_a_failing_trainjob_up_to_max_restarts() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-restarts").await.unwrap();
+    failing_runtime(
+        &client,
+        &ns,
+        "restarts",
+        json!({"failurePolicy": {"maxRestarts": 5}}),
+        Some(1),
+    )
+    .await;
+    let tj = trainjob_object(
+        &ns,
+        "flaky",
+        "restarts",
+        json!({"runtimeRef": {"name": "restarts", "kind": "TrainingRuntime"},
+               "failurePolicy": {"maxRestarts": 1}}),
+    );
+    apply(&client, &tj).await;
+    let failed = wait_condition(&client, &ns, "flaky", "Failed", op).await;
+    let c = condition(&failed, "Failed").unwrap();
+    assert_eq!(c["reason"], "ReachedMaxRestarts", "{c}");
+    assert_eq!(
+        failed["status"]["restarts"],
+        json!(1),
+        "{}",
+        failed["status"]
+    );
+    assert_eq!(failed["status"]["restartsCountTowardsMax"], json!(1));
+    let js = get(&client, JOBSET, "JobSet", Some(&ns), "flaky")
+        .await
+        .unwrap();
+    assert_eq!(js["spec"]["failurePolicy"]["maxRestarts"], json!(1));
+    assert_eq!(
+        js["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"],
+        json!(0)
+    );
+    let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns);
+    let restarted = eventually("a TrainJobRestarted Warning", TIMEOUT, || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("TrainJobRestarted"))
+    })
+    .await;
+    assert_eq!(restarted.type_.as_deref(), Some("Warning"));
+    assert!(
+        restarted.note.unwrap_or_default().contains("restart 1"),
+        "the note counts the restart"
+    );
+}
+
+/// Upstream's KEP-4162 e2e case "exit-code fail rule matches": exit code 42
+/// of the `node` container ends the TrainJob at once,
+/// `Failed/FailJobSetFailurePolicyAction`, no restart although
+/// `maxRestarts` allows three.
+#[tokio::test]
+async fn an_exit_code_rule_fails_the_trainjob_without_restarting_it() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-exit-rule").await.unwrap();
+    let policy = json!({"failurePolicy": {"maxRestarts": 3, "rules": [
+        {"action": "FailTrainJob",
+         "onExitCodes": {"containerName": "node", "operator": "In", "values": [42]}}]}});
+    failing_runtime(&client, &ns, "exit-rule", policy, Some(42)).await;
+    let tj = trainjob_object(
+        &ns,
+        "fatal",
+        "exit-rule",
+        json!({"runtimeRef": {"name": "exit-rule", "kind": "TrainingRuntime"}}),
+    );
+    apply(&client, &tj).await;
+    let failed = wait_condition(&client, &ns, "fatal", "Failed", op).await;
+    let c = condition(&failed, "Failed").unwrap();
+    assert_eq!(c["reason"], "FailJobSetFailurePolicyAction", "{c}");
+    assert_eq!(
+        failed["status"]
+            .get("restarts")
+            .and_then(Value::as_i64)
+            .unwrap_or(0),
+        0,
+        "{}",
+        failed["status"]
+    );
+}
+
+/// Upstream's KEP-4162 e2e case "eviction with a `DisruptionTarget` rule":
+/// the restart is made but not counted (`restarts: 1`,
+/// `restartsCountTowardsMax: 0`), so a TrainJob with `maxRestarts: 0` runs
+/// on. kwok has no kubelet to evict with, so the test reports the trainer
+/// pod `Failed` with `DisruptionTarget=True`, as the kubelet does for an
+/// evicted or preempted pod.
+#[tokio::test]
+async fn a_disrupted_pod_restarts_the_trainjob_without_counting() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{ListParams, Patch, PatchParams};
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("e2e-disruption").await.unwrap();
+    let policy = json!({"activeDeadlineSeconds": 3600, "failurePolicy": {"maxRestarts": 0, "rules": [
+        {"action": "RestartTrainJobAndIgnoreMaxRestarts",
+         "onPodConditions": [{"type": "DisruptionTarget"}]}]}});
+    failing_runtime(&client, &ns, "disruption", policy, None).await;
+    let tj = trainjob_object(
+        &ns,
+        "evicted",
+        "disruption",
+        json!({"runtimeRef": {"name": "disruption", "kind": "TrainingRuntime"},
+               "runtimePatches": long_running()}),
+    );
+    apply(&client, &tj).await;
+    let pods = kube::Api::<Pod>::namespaced(client.clone(), &ns);
+    let running = eventually("a running trainer pod", TIMEOUT, || async {
+        let list = pods.list(&ListParams::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    })
+    .await;
+    let name = running.metadata.name.clone().unwrap();
+    let evicted = json!({"status": {"phase": "Failed", "reason": "Evicted", "conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+         "message": "Eviction API: evicting", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&evicted))
+        .await
+        .unwrap();
+    let restarted = eventually("restarts: 1", TIMEOUT, || async {
+        let tj = trainjob(&client, &ns, "evicted").await?;
+        (tj["status"]["restarts"] == json!(1)).then_some(tj)
+    })
+    .await;
+    assert_eq!(
+        restarted["status"]
+            .get("restartsCountTowardsMax")
+            .and_then(Value::as_i64)
+            .unwrap_or(0),
+        0,
+        "{}",
+        restarted["status"]
+    );
+    assert!(
+        !is_true(&restarted, "Failed"),
+        "maxRestarts 0, yet an uncounted restart does not fail it: {}\n{}",
+        restarted["status"],
+        op.log_tail(20)
+    );
+    // The restarted pods run again.
+    eventually("a running pod of the restarted JobSet", TIMEOUT, || async {
+        let list = pods.list(&ListParams::default()).await.ok()?;
+        list.items.into_iter().find(|p| {
+            p.metadata.name.as_deref() != Some(&name)
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        })
+    })
+    .await;
+}

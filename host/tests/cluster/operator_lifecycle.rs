@@ -386,12 +386,18 @@ async fn plugin_versions_swap_roll_back_and_bad_modules_are_refused() {
 
 /// runtimePatches keeping the node pods running for 10 minutes.
 fn long_running() -> Value {
-    json!([{ "manager": "e2e.example.com/test", "trainingRuntimeSpec": { "template": { "spec": { "replicatedJobs": [
-        { "name": "node", "template": { "spec": { "template": { "metadata": {
+    // The launcher too: the MPI runtime's JobSet succeeds when its launcher
+    // does, which kwok would complete as soon as the nodes are ready — while
+    // the operator is down, before the test suspends one of them.
+    let running = |job: &str| {
+        json!({ "name": job, "template": { "spec": { "template": { "metadata": {
             "labels": { FAIL_POD_LABEL: "true" },
             "annotations": { format!("{FAIL_POD_LABEL}/delay"): "600s", format!("{FAIL_POD_LABEL}/jitter-delay"): "600s" }
-        } } } } }
-    ] } } } }])
+        } } } } })
+    };
+    json!([{ "manager": "e2e.example.com/test", "trainingRuntimeSpec": { "template": { "spec": {
+        "replicatedJobs": [running("node"), running("launcher")]
+    } } } }])
 }
 
 #[tokio::test]
@@ -533,12 +539,28 @@ async fn killing_the_operator_mid_run_loses_and_duplicates_nothing() {
         );
         assert_eq!(&secret["data"], secret_data, "{name}: same keys");
     }
-    eventually("mpi-0 suspended after the restart", TIMEOUT, || async {
-        let js = get(client, JOBSET, "JobSet", Some(&ns), "mpi-0").await?;
-        let tj = trainjob(client, &ns, "mpi-0").await?;
-        (js["spec"]["suspend"] == true && is_true(&tj, "Suspended")).then_some(())
-    })
-    .await;
+    // Not `eventually`: on a timeout, what the operator did is the report.
+    let start = Instant::now();
+    loop {
+        let js = get(client, JOBSET, "JobSet", Some(&ns), "mpi-0").await;
+        let tj = trainjob(client, &ns, "mpi-0").await;
+        let done = js.as_ref().is_some_and(|js| js["spec"]["suspend"] == true)
+            && tj.as_ref().is_some_and(|tj| is_true(tj, "Suspended"));
+        if done {
+            break;
+        }
+        if start.elapsed() > TIMEOUT {
+            panic!(
+                "mpi-0 not suspended {TIMEOUT:?} after the restart: JobSet suspend {:?}, \
+                 TrainJob spec.suspend {:?}, status {:?}\noperator log:\n{}",
+                js.map(|j| j["spec"]["suspend"].clone()),
+                tj.as_ref().map(|t| t["spec"]["suspend"].clone()),
+                tj.map(|t| t["status"].clone()),
+                op.log_tail(80)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     // Exactly one of each object per TrainJob.
     let cms = kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns)
         .list(&Default::default())

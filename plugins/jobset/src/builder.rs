@@ -8,7 +8,8 @@
 //! 2. initializer overrides (`STORAGE_URI`, env, `envFrom` secret);
 //! 3. trainer overrides (image/command/args, `trainer.env`);
 //! 4. scheduler pod labels/annotations on every pod template;
-//! 5. `suspend`, metadata (name, namespace, labels, annotations, owner).
+//! 5. the failure policy ([`crate::failure`]);
+//! 6. `suspend`, metadata (name, namespace, labels, annotations, owner).
 
 use serde_json::{Value, json};
 use trainforge_sdk::api::jobset::v1alpha2 as jobset;
@@ -119,6 +120,9 @@ pub fn build_jobset(
         },
     )?;
     order_after_initializers(&mut spec);
+    if let Some(policy) = crate::failure::resolve(info, trainjob)? {
+        crate::failure::apply(&mut spec, &policy)?;
+    }
     set(&mut spec, "suspend", json!(ov.suspend));
 
     let mut metadata = json!({"name": name, "namespace": namespace});

@@ -10,12 +10,15 @@
 //!   running": a running JobSet is never re-applied). An existing JobSet
 //!   keeps the parts JobSet makes immutable ([`immutable`]).
 //! - **status** ([`status`]): JobSet `Completed`/`Failed` → TrainJob
-//!   `Complete`/`Failed`, `jobsStatus` from `replicatedJobsStatus`.
+//!   `Complete`/`Failed`, `jobsStatus` from `replicatedJobsStatus`,
+//!   `restarts`/`restartsCountTowardsMax` from the JobSet's.
 //! - **validate** ([`validate`]): initializer jobs/containers/mounts,
-//!   runtime patches, override immutability, and a warning when
-//!   `spec.trainer` cannot apply because no job has the trainer label.
+//!   runtime patches, override immutability, the failure policy
+//!   ([`failure`]), and a warning when `spec.trainer` cannot apply because
+//!   no job has the trainer label.
 
 pub mod builder;
+pub mod failure;
 pub mod immutable;
 mod json;
 pub mod prebuild;

@@ -4,6 +4,9 @@
 //!   (status, reason, message and lastTransitionTime copied; set with
 //!   `meta.SetStatusCondition` semantics);
 //! - `jobsStatus` := one entry per JobSet `replicatedJobsStatus`;
+//! - `restarts`, `restartsCountTowardsMax` := the JobSet's, once above 0
+//!   (they never decrease; a restarted JobSet's `Failed` reason is
+//!   `ReachedMaxRestarts` or `FailJobSetFailurePolicyAction`, copied);
 //! - the JobSet missing while the TrainJob already finished (e.g. deleted by
 //!   its TTL) leaves the status alone.
 
@@ -94,6 +97,15 @@ pub fn trainjob_status(current: Option<&Value>, jobset_obj: &Value) -> Value {
         } else {
             m.insert("jobsStatus".into(), Value::Array(jobs));
         }
+        for key in ["restarts", "restartsCountTowardsMax"] {
+            let n = jobset_obj
+                .pointer(&format!("/status/{key}"))
+                .and_then(Value::as_i64)
+                .filter(|n| *n > 0);
+            if let Some(n) = n {
+                m.insert(key.into(), json!(n));
+            }
+        }
     }
     status
 }
@@ -151,6 +163,22 @@ mod tests {
                 "jobsStatus": [{"name": "node", "ready": 0, "succeeded": 2, "failed": 0, "active": 0, "suspended": 0}]
             })
         );
+    }
+
+    #[test]
+    fn restarts_are_copied_once_there_are_any() {
+        let mut j = js(json!([]), json!([]));
+        assert_eq!(trainjob_status(None, &j).get("restarts"), None);
+        j["status"]["restarts"] = json!(2);
+        j["status"]["restartsCountTowardsMax"] = json!(1);
+        let s = trainjob_status(Some(&json!({"restarts": 1})), &j);
+        assert_eq!(
+            (&s["restarts"], &s["restartsCountTowardsMax"]),
+            (&json!(2), &json!(1))
+        );
+        // A JobSet that stopped reporting them (0 is omitted) keeps the count.
+        let s = trainjob_status(Some(&s), &js(json!([]), json!([])));
+        assert_eq!(s["restarts"], json!(2));
     }
 
     #[test]

@@ -917,3 +917,145 @@ fn empty_metadata_is_pruned_and_the_rest_kept() {
         ]}})
     );
 }
+
+// ---- failure policy ----
+
+fn failure_policy_info(run_policy: Value, job_spec_extra: Value, jobset_extra: Value) -> Info {
+    let mut job_spec =
+        json!({"template": {"spec": {"containers": [{"name": "node", "image": "t"}]}}});
+    if let (Value::Object(m), Value::Object(extra)) = (&mut job_spec, job_spec_extra) {
+        m.extend(extra);
+    }
+    let mut spec = json!({"replicatedJobs": [{"name": "node",
+        "template": {"metadata": {"labels": {ANCESTOR_LABEL: "trainer"}}, "spec": job_spec}}]});
+    if let (Value::Object(m), Value::Object(extra)) = (&mut spec, jobset_extra) {
+        m.extend(extra);
+    }
+    let runtime = json!({"spec": {"mlPolicy": {"torch": {}}, "runPolicy": run_policy,
+        "template": {"spec": spec}}});
+    RuntimeFixture::new(runtime).info().expect("runtime")
+}
+
+#[test]
+fn a_failure_policy_is_not_combined_with_the_runtimes_own_job_failure_handling() {
+    let policy = json!({"failurePolicy": {"maxRestarts": 1}});
+    let clean = failure_policy_info(policy.clone(), json!({}), json!({}));
+    assert!(
+        validate_with(trainjob(json!({})), None, clean, vec![])
+            .errors
+            .is_empty()
+    );
+
+    let both = failure_policy_info(
+        policy,
+        json!({"podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}}),
+        json!({"failurePolicy": {"maxRestarts": 3}}),
+    );
+    let v = validate_with(trainjob(json!({})), None, both.clone(), vec![]);
+    assert_eq!(
+        details(&v),
+        vec![
+            "spec.runtimeRef: the runtime's runPolicy.failurePolicy cannot be combined with the JobSet failurePolicy and the podFailurePolicy of replicated job \"node\" of the runtime"
+        ]
+    );
+    // A TrainJob's own maxRestarts on a runtime that handles failures itself.
+    let own = failure_policy_info(
+        json!({}),
+        json!({}),
+        json!({"failurePolicy": {"maxRestarts": 3}}),
+    );
+    let v = validate_with(
+        trainjob(json!({"failurePolicy": {"maxRestarts": 2}})),
+        None,
+        own.clone(),
+        vec![],
+    );
+    assert_eq!(
+        details(&v),
+        vec![
+            "spec.failurePolicy: a TrainJob failurePolicy cannot be combined with the JobSet failurePolicy of the runtime"
+        ]
+    );
+    // Without a policy on either side the runtime's own handling is fine.
+    assert!(
+        validate_with(trainjob(json!({})), None, own, vec![])
+            .errors
+            .is_empty()
+    );
+    // Malformed: named, not a panic.
+    let v = validate_with(
+        trainjob(json!({"failurePolicy": {"maxRestarts": "x"}})),
+        None,
+        failure_policy_info(json!({}), json!({}), json!({})),
+        vec![],
+    );
+    assert_eq!(v.errors.len(), 1);
+    assert_eq!(v.errors[0].field, "spec.failurePolicy");
+}
+
+#[test]
+fn restarting_without_counting_and_without_a_deadline_is_admitted_with_a_warning() {
+    let uncounted = json!({"failurePolicy": {"rules": [{"action": "RestartTrainJobAndIgnoreMaxRestarts",
+        "onPodConditions": [{"type": "DisruptionTarget"}]}]}});
+    let info = failure_policy_info(uncounted.clone(), json!({}), json!({}));
+    let v = validate_with(trainjob(json!({})), None, info.clone(), vec![]);
+    assert!(v.errors.is_empty(), "{:?}", v.errors);
+    assert_eq!(v.warnings.len(), 1, "{:?}", v.warnings);
+    assert!(
+        v.warnings[0].contains("RestartTrainJobAndIgnoreMaxRestarts"),
+        "{:?}",
+        v.warnings
+    );
+    // A deadline on the TrainJob or the runtime ends it: no warning.
+    let v = validate_with(
+        trainjob(json!({"activeDeadlineSeconds": 600})),
+        None,
+        info,
+        vec![],
+    );
+    assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+    let mut with_deadline = uncounted;
+    with_deadline["activeDeadlineSeconds"] = json!(600);
+    let info = failure_policy_info(with_deadline, json!({}), json!({}));
+    assert!(
+        validate_with(trainjob(json!({})), None, info, vec![])
+            .warnings
+            .is_empty()
+    );
+}
+
+#[test]
+fn the_built_jobset_carries_the_failure_policy() {
+    let policy = json!({"failurePolicy": {"maxRestarts": 4, "rules": [{"action": "FailTrainJob",
+        "onExitCodes": {"operator": "In", "values": [42]}}]}});
+    let info = failure_policy_info(policy, json!({}), json!({}));
+    let (_, objects) = run(
+        trainjob(json!({"failurePolicy": {"maxRestarts": 1}})),
+        info.clone(),
+        &MockHost::default(),
+    );
+    let spec = &objects[0]["spec"];
+    assert_eq!(
+        spec["failurePolicy"]["maxRestarts"],
+        json!(1),
+        "the TrainJob's wins"
+    );
+    assert_eq!(
+        spec["failurePolicy"]["rules"][0]["action"],
+        json!("FailJobSet")
+    );
+    let job = &spec["replicatedJobs"][0]["template"]["spec"];
+    assert_eq!(job["backoffLimit"], json!(0));
+    assert_eq!(
+        job["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"],
+        json!([42])
+    );
+    // Without a policy, the JobSet is as before.
+    let plain = failure_policy_info(json!({}), json!({}), json!({}));
+    let (_, objects) = run(trainjob(json!({})), plain, &MockHost::default());
+    assert_eq!(objects[0]["spec"].get("failurePolicy"), None);
+    assert_eq!(
+        objects[0]["spec"]["replicatedJobs"][0]["template"]["spec"].get("backoffLimit"),
+        None
+    );
+}

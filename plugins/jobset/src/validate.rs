@@ -42,6 +42,7 @@ pub fn validate(
     trainer_label_warning(trainjob, info, &mut v);
     initializers(trainjob, info, cfg, &mut v);
     runtime_patches(trainjob, info, &mut v);
+    failure_policy(trainjob, info, &mut v);
     if let Some(old) = old {
         immutability(trainjob, old, jobset, &mut v);
     }
@@ -291,6 +292,80 @@ fn runtime_patches(trainjob: &Value, info: &Info, v: &mut Validation) {
         }
     }
     v.errors.extend(manager_errors);
+}
+
+/// The failure policy ([`crate::failure`]): it must parse, it cannot be
+/// combined with a JobSet `failurePolicy` or a Job `podFailurePolicy` of the
+/// runtime (or of the TrainJob's runtime patches), and a rule that restarts
+/// without counting, with no active deadline to end the TrainJob, is
+/// admitted with a warning.
+fn failure_policy(trainjob: &Value, info: &Info, v: &mut Validation) {
+    let own = trainjob
+        .pointer("/spec/failurePolicy")
+        .is_some_and(|p| !p.is_null());
+    let field = if own {
+        "spec.failurePolicy"
+    } else {
+        "spec.runtimeRef"
+    };
+    let policy = match crate::failure::resolve(info, trainjob) {
+        Ok(Some(p)) => p,
+        Ok(None) => return,
+        Err(e) => {
+            v.errors
+                .push(error(FieldErrorType::Invalid, field, None, e.to_string()));
+            return;
+        }
+    };
+    let spec = &info.template_spec.obj;
+    let mut clashes = Vec::new();
+    if spec.get("failurePolicy").is_some_and(|p| !p.is_null()) {
+        clashes.push("the JobSet failurePolicy".to_owned());
+    }
+    for rjob in spec
+        .get("replicatedJobs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if rjob
+            .pointer("/template/spec/podFailurePolicy")
+            .is_some_and(|p| !p.is_null())
+        {
+            let name = rjob.get("name").and_then(Value::as_str).unwrap_or_default();
+            clashes.push(format!("the podFailurePolicy of replicated job {name:?}"));
+        }
+    }
+    if !clashes.is_empty() {
+        let whose = if own {
+            "a TrainJob failurePolicy"
+        } else {
+            "the runtime's runPolicy.failurePolicy"
+        };
+        v.errors.push(error(
+            FieldErrorType::Forbidden,
+            field,
+            None,
+            format!(
+                "{whose} cannot be combined with {} of the runtime",
+                clashes.join(" and ")
+            ),
+        ));
+    }
+    let restarts_forever = policy.rules.iter().any(|r| {
+        r.action == trainforge_sdk::api::trainer::v1alpha1::failure_policy::ACTION_RESTART_UNCOUNTED
+    });
+    let deadline = trainjob
+        .pointer("/spec/activeDeadlineSeconds")
+        .is_some_and(|d| !d.is_null())
+        || info.policy("runPolicy.activeDeadlineSeconds").is_some();
+    if restarts_forever && !deadline {
+        v.warnings.push(
+            "the runtime's failure policy has a RestartTrainJobAndIgnoreMaxRestarts rule and no \
+             activeDeadlineSeconds is set: a TrainJob failing that way restarts without end"
+                .to_owned(),
+        );
+    }
 }
 
 /// Updates: overrides may only change while suspended and while no

@@ -97,6 +97,19 @@ pub const TRAINER_STATUS_LAST_UPDATED: CelRule = CelRule {
     message: "lastUpdatedTime is required when trainerStatus is present",
 };
 
+/// A failure-policy rule has exactly one requirement.
+pub const ONE_FAILURE_REQUIREMENT: CelRule = CelRule {
+    rule: "has(self.onExitCodes) != has(self.onPodConditions)",
+    message: "exactly one of onExitCodes and onPodConditions must be set",
+};
+
+/// Exit code 0 (success) cannot be a failure to match with `In` (batch/v1's
+/// rule for a Job's `podFailurePolicy`).
+pub const EXIT_CODE_ZERO_NOT_IN: CelRule = CelRule {
+    rule: "self.operator != 'In' || !self.values.exists(v, v == 0)",
+    message: "value 0 cannot be used with the In operator",
+};
+
 /// Every rule of this module, for documentation and tests.
 pub const ALL: &[CelRule] = &[
     TRAINJOB_NAME_RFC1035,
@@ -113,4 +126,6 @@ pub const ALL: &[CelRule] = &[
     FLUX_NUM_PROC_PER_NODE,
     ONE_POD_GROUP_POLICY,
     TRAINER_STATUS_LAST_UPDATED,
+    ONE_FAILURE_REQUIREMENT,
+    EXIT_CODE_ZERO_NOT_IN,
 ];

@@ -3,6 +3,7 @@
 
 pub mod cel;
 pub mod constants;
+pub mod failure_policy;
 pub mod ml_policy;
 pub mod overrides;
 pub mod pod_group_policy;
@@ -11,6 +12,10 @@ pub mod status;
 pub mod training_runtime;
 pub mod trainjob;
 
+pub use failure_policy::{
+    FailurePolicyRule, OnExitCodes, OnPodConditionsPattern, RuntimeFailurePolicy,
+    TrainJobFailurePolicy,
+};
 pub use ml_policy::{
     EnvInjectionTarget, FluxMLPolicySource, JAXMLPolicySource, MLPolicy, MPIMLPolicySource,
     TorchElasticPolicy, TorchEnvInjection, TorchMLPolicySource, XGBoostMLPolicySource,

@@ -32,6 +32,17 @@ pub struct TrainJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-validations" = [cel::TRAINER_STATUS_LAST_UPDATED]))]
     pub trainer_status: Option<TrainerStatus>,
+
+    /// Times the TrainJob was restarted after a failure (copied from the
+    /// JobSet; with a failure policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub restarts: Option<i32>,
+
+    /// Those restarts that count towards `maxRestarts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub restarts_count_towards_max: Option<i32>,
 }
 
 /// JobStatus counts the jobs of one replicated job.

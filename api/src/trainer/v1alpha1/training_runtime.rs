@@ -10,6 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::constants::{API_VERSION, CLUSTER_TRAINING_RUNTIME_KIND, GROUP, VERSION};
+use super::failure_policy::RuntimeFailurePolicy;
 use super::ml_policy::MLPolicy;
 use super::pod_group_policy::PodGroupPolicy;
 use crate::jobset::v1alpha2::JobSetSpec;
@@ -65,6 +66,12 @@ pub struct RunPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub ttl_seconds_after_finished: Option<i32>,
+
+    /// Restarts of failed TrainJobs and the failures that end them at once
+    /// (upstream's KEP-4162). Not with a template JobSet `failurePolicy` or
+    /// a Job `podFailurePolicy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_policy: Option<RuntimeFailurePolicy>,
 }
 
 /// JobSetTemplateSpec is the JobSet blueprint of a runtime.

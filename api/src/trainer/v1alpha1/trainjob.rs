@@ -14,6 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::cel;
+use super::failure_policy::TrainJobFailurePolicy;
 use super::overrides::PodTemplateOverride;
 use super::runtime_patch::RuntimePatch;
 use super::status::TrainJobStatus;
@@ -104,6 +105,13 @@ pub struct TrainJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub ttl_seconds_after_finished: Option<i32>,
+
+    /// How often this TrainJob is restarted when it fails (immutable; wins
+    /// over the runtime's `runPolicy.failurePolicy.maxRestarts`, whose rules
+    /// still apply). Upstream's KEP-4162.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [cel::IMMUTABLE]))]
+    pub failure_policy: Option<TrainJobFailurePolicy>,
 
     /// The controller that reconciles this TrainJob:
     /// `trainer.kubeflow.org/trainjob-controller` (the default, this operator)

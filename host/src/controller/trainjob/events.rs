@@ -2,14 +2,14 @@
 //! upstream's `TrainJobResourcesCreationFailed`, plus one Event per
 //! important transition (JobSet created, suspended, resumed, complete,
 //! failed, deadline exceeded, unsupported or missing runtime, no plugin set
-//! that can serve).
+//! that can serve) and a Warning per restart by the failure policy.
 //!
 //! How Events are written (core `v1`, aggregated repeats, bounded notes) is
 //! [`crate::ops::events`].
 
 use kube::Resource;
 use tracing::warn;
-use trainforge_api::trainer::v1alpha1::TrainJob;
+use trainforge_api::trainer::v1alpha1::{TrainJob, TrainJobStatus};
 
 pub use crate::ops::events::EventType;
 use crate::ops::events::{Occurrence, bounded};
@@ -119,6 +119,35 @@ pub async fn publish_transition(
     }
 }
 
+/// Reason of the Warning published on each restart of a TrainJob by its
+/// failure policy.
+pub const REASON_RESTARTED: &str = "TrainJobRestarted";
+
+/// The restart from `old` to `new` status (its `restarts` grew), as a
+/// transition named by the new count (so each restart is announced once),
+/// with its Warning: upstream's KEP-4162 emits one per restart.
+pub fn for_restart(
+    old: &TrainJobStatus,
+    new: &TrainJobStatus,
+) -> Option<(Transition, (EventType, String, String))> {
+    let (before, now) = (old.restarts.unwrap_or(0), new.restarts?);
+    if now <= before {
+        return None;
+    }
+    let counted = new.restarts_count_towards_max.unwrap_or(0);
+    let t = Transition {
+        kind: REASON_RESTARTED.into(),
+        status: ConditionStatus::True,
+        reason: REASON_RESTARTED.into(),
+        message: String::new(),
+        from: format!("restarts={now}"),
+    };
+    let note = format!(
+        "TrainJob restarted after a failure: restart {now}, {counted} counted towards maxRestarts"
+    );
+    Some((t, (EventType::Warning, REASON_RESTARTED.into(), note)))
+}
+
 /// The Event for a condition transition, if it is one users care about:
 /// `(type, reason, note)`.
 pub fn for_transition(t: &Transition) -> Option<(EventType, String, String)> {
@@ -202,6 +231,31 @@ mod tests {
                 "é".repeat(950)
             ),
             "exactly at the limit: not cut"
+        );
+    }
+
+    #[test]
+    fn each_restart_is_one_warning_named_by_its_count() {
+        let s = |r: Option<i32>, c: Option<i32>| TrainJobStatus {
+            restarts: r,
+            restarts_count_towards_max: c,
+            ..TrainJobStatus::default()
+        };
+        assert!(for_restart(&s(None, None), &s(None, None)).is_none());
+        assert!(for_restart(&s(Some(2), None), &s(Some(2), None)).is_none());
+        let (first, (kind, reason, note)) =
+            for_restart(&s(None, None), &s(Some(1), Some(1))).unwrap();
+        assert_eq!(
+            (kind, reason.as_str()),
+            (EventType::Warning, REASON_RESTARTED)
+        );
+        assert!(note.contains("restart 1, 1 counted"), "{note}");
+        let (second, _) = for_restart(&s(Some(1), Some(1)), &s(Some(2), Some(1))).unwrap();
+        assert_ne!(first.from, second.from, "a new restart is a new Event");
+        let (again, _) = for_restart(&s(None, None), &s(Some(2), Some(1))).unwrap();
+        assert_eq!(
+            again.from, second.from,
+            "the same restart computed again names the same Event"
         );
     }
 

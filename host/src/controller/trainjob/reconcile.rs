@@ -948,10 +948,13 @@ impl Reconcile<'_> {
     async fn write_and_announce(&mut self, seen: &Seen, status: &TrainJobStatus) {
         let transitions = conditions::transitions(&seen.old, status);
         let patches_event = patches_ignored_news(&seen.old, status);
-        for t in &transitions {
-            if let Some(event) = events::for_transition(t)
-                && events::publish_transition(self.ctx, self.job, t, event).await
-            {
+        let restart = events::for_restart(&seen.old, status);
+        let announced = transitions
+            .iter()
+            .filter_map(|t| events::for_transition(t).map(|e| (t, e)))
+            .chain(restart.iter().map(|(t, e)| (t, e.clone())));
+        for (t, event) in announced {
+            if events::publish_transition(self.ctx, self.job, t, event).await {
                 self.writes += 1;
             }
         }
