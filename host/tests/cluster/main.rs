@@ -20,6 +20,7 @@ mod plugin_common;
 mod admission_certs;
 mod admission_e2e;
 mod apply_fields;
+mod conformance;
 mod containment_e2e;
 mod crds_apiserver;
 mod crds_merge;

@@ -322,6 +322,77 @@ fn the_readme_is_short() {
     }
 }
 
+/// The tests of upstream's scenarios are exactly the ones
+/// `docs/conformance.md` lists: every `#[tokio::test]` of the cluster
+/// module `conformance` and every `test_should_*` of the SDK suite's
+/// `test_progress.py` (the status server's scenarios).
+#[test]
+fn the_conformance_page_lists_every_conformance_test() {
+    let root = repo();
+    let page = std::fs::read_to_string(root.join("docs/conformance.md")).unwrap();
+    // The last cell of a table row, when it is one `identifier`.
+    let listed: std::collections::BTreeSet<String> = page
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .filter_map(|l| l.trim_end().trim_end_matches('|').rsplit('|').next())
+        .filter_map(|c| {
+            c.trim()
+                .strip_prefix('`')?
+                .strip_suffix('`')
+                .map(str::to_owned)
+        })
+        .filter(|c| {
+            c.chars()
+                .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_')
+        })
+        .collect();
+    let src = std::fs::read_to_string(root.join("host/tests/cluster/conformance.rs")).unwrap();
+    let ast = syn::parse_file(&src).unwrap();
+    let mut tests: std::collections::BTreeSet<String> = ast
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            syn::Item::Fn(f)
+                if f.attrs.iter().any(|a| {
+                    a.path()
+                        .segments
+                        .iter()
+                        .map(|s| s.ident.to_string())
+                        .collect::<Vec<_>>()
+                        == ["tokio", "test"]
+                }) =>
+            {
+                Some(f.sig.ident.to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        tests.len() >= 40,
+        "only {} conformance tests: {tests:?}",
+        tests.len()
+    );
+    let py = std::fs::read_to_string(root.join("testenv/sdk/test_progress.py")).unwrap();
+    let before = tests.len();
+    tests.extend(
+        py.lines()
+            .filter_map(|l| l.strip_prefix("def "))
+            .filter(|l| l.starts_with("test_should_"))
+            .filter_map(|l| l.split('(').next())
+            .map(str::to_owned),
+    );
+    assert!(
+        tests.len() >= before + 6,
+        "the status server scenarios were not found"
+    );
+    let missing: Vec<_> = tests.difference(&listed).collect();
+    let unknown: Vec<_> = listed.difference(&tests).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "docs/conformance.md does not list {missing:?}; it lists tests that do not exist: {unknown:?}"
+    );
+}
+
 /// The `mod` items of a file (its own modules, declared or inline).
 fn declared_modules(file: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(file).unwrap();

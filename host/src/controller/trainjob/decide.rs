@@ -11,6 +11,9 @@
 //!    `InvalidTrainJob`, `RuntimePatchesIgnored`, the active deadline
 //!    (and whether the JobSet must be deleted for it), and when to
 //!    reconcile again.
+//!
+//! [`restarts`] is the host's rule for the restart counters, applied to
+//! the status plugin's view.
 
 use std::time::Duration;
 
@@ -235,6 +238,32 @@ pub fn decide(input: Input<'_>) -> (TrainJobStatus, Decision) {
         decision.requeue = decision.requeue.min(RETRY_SOON);
     }
     (status, decision)
+}
+
+/// Rule: `restarts` and `restartsCountTowardsMax` are counted by the
+/// TrainJob's JobSet, which the host reads from its watch cache (`jobset`),
+/// never taken from a status plugin: each is the stored count, raised to
+/// the JobSet's `status.restarts` / `status.restartsCountTowardsMax` when
+/// that is higher. They never go down (a JobSet missing, re-created or
+/// reporting less keeps them), and a plugin cannot raise them: a raised
+/// count writes a `TrainJobRestarted` Event, so a plugin that could raise
+/// it on every reconcile would write an Event on every reconcile. Returns
+/// `(restarts, restartsCountTowardsMax)`, each `None` while 0.
+pub fn restarts(
+    old: &TrainJobStatus,
+    jobset: Option<&serde_json::Value>,
+) -> (Option<i32>, Option<i32>) {
+    let count = |stored: Option<i32>, key: &str| {
+        let seen = jobset
+            .and_then(|j| j.pointer(&format!("/status/{key}")))
+            .and_then(serde_json::Value::as_i64)
+            .and_then(|n| i32::try_from(n).ok());
+        stored.into_iter().chain(seen).max().filter(|n| *n > 0)
+    };
+    (
+        count(old.restarts, "restarts"),
+        count(old.restarts_count_towards_max, "restartsCountTowardsMax"),
+    )
 }
 
 #[cfg(test)]
@@ -783,5 +812,29 @@ mod tests {
         assert!(!reads_plugin_status(None, &failed_invalid));
         let failed_otherwise = status(&[(CONDITION_FAILED, "True", "JobSetFailed")]);
         assert!(reads_plugin_status(None, &failed_otherwise));
+    }
+
+    /// A hostile status plugin's counters are never read: only the stored
+    /// ones and the JobSet's count, and they never go down.
+    #[test]
+    fn restarts_come_from_the_jobset_and_never_go_down() {
+        let counted = |r: Option<i32>, c: Option<i32>| TrainJobStatus {
+            restarts: r,
+            restarts_count_towards_max: c,
+            ..TrainJobStatus::default()
+        };
+        let js = |r: i64, c: i64| serde_json::json!({"status": {"restarts": r, "restartsCountTowardsMax": c}});
+        let none = counted(None, None);
+        assert_eq!(restarts(&none, None), (None, None));
+        assert_eq!(restarts(&none, Some(&js(0, 0))), (None, None));
+        assert_eq!(restarts(&none, Some(&js(2, 1))), (Some(2), Some(1)));
+        let stored = counted(Some(3), Some(2));
+        // A JobSet that is gone, re-created (0) or reporting less keeps them.
+        assert_eq!(restarts(&stored, None), (Some(3), Some(2)));
+        assert_eq!(restarts(&stored, Some(&js(0, 0))), (Some(3), Some(2)));
+        assert_eq!(restarts(&stored, Some(&js(4, 2))), (Some(4), Some(2)));
+        // Garbage from the cache (not a number, out of range) is not a count.
+        let odd = serde_json::json!({"status": {"restarts": "9", "restartsCountTowardsMax": 1_i64 << 40}});
+        assert_eq!(restarts(&stored, Some(&odd)), (Some(3), Some(2)));
     }
 }

@@ -832,9 +832,11 @@ impl Reconcile<'_> {
     /// the runtime resolved and the job is not invalid
     /// ([`decide::reads_plugin_status`]). A view not available yet brings
     /// the reconcile back soon; a failing status plugin changes nothing
-    /// and its failure is kept. Rule: `trainerStatus` is the training
+    /// and its failure is kept. Rules: `trainerStatus` is the training
     /// process's, written only through the status server; whatever a
-    /// plugin returns for it is replaced by the stored one.
+    /// plugin returns for it is replaced by the stored one. The restart
+    /// counters are the JobSet's ([`decide::restarts`]), whatever the
+    /// plugin returns for them.
     async fn plugin_view(
         &mut self,
         seen: &Seen,
@@ -857,12 +859,19 @@ impl Reconcile<'_> {
             .await
         {
             Ok(PluginStatus::New(s)) => {
+                let (restarts, counted) = decide::restarts(&seen.old, seen.jobset.as_ref());
                 viewed.status = TrainJobStatus {
                     trainer_status: seen.old.trainer_status.clone(),
+                    restarts,
+                    restarts_count_towards_max: counted,
                     ..s
                 };
             }
-            Ok(PluginStatus::Unchanged) => {}
+            Ok(PluginStatus::Unchanged) => {
+                let (restarts, counted) = decide::restarts(&seen.old, seen.jobset.as_ref());
+                viewed.status.restarts = restarts;
+                viewed.status.restarts_count_towards_max = counted;
+            }
             Ok(PluginStatus::NotYet(why)) => {
                 debug!(%why, "status not available yet (e.g. the JobSet is not in the cache yet)");
                 viewed.retry_soon = true;
