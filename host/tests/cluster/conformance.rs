@@ -353,11 +353,11 @@ async fn never(client: &kube::Client, ns: &str, kind: &str, window: Duration) ->
     }
 }
 
-/// The JobSet's `replicatedJobsStatus` as the TrainJob's `jobsStatus` says it.
-fn as_jobs_status(js: &Value) -> Value {
+/// A list of per-job counts with absent counts as 0 (the JobSet's
+/// `replicatedJobsStatus` and the TrainJob's `jobsStatus` have one shape).
+fn counts(list: &Value) -> Value {
     let n = |s: &Value, k: &str| s[k].as_i64().unwrap_or(0);
-    js["status"]["replicatedJobsStatus"]
-        .as_array()
+    list.as_array()
         .map(|a| {
             a.iter()
                 .map(|s| {
@@ -369,20 +369,14 @@ fn as_jobs_status(js: &Value) -> Value {
         .unwrap_or(json!([]))
 }
 
-/// The TrainJob's `jobsStatus`, with absent counts as 0.
+/// The JobSet's `replicatedJobsStatus` as the TrainJob's `jobsStatus` says it.
+fn as_jobs_status(js: &Value) -> Value {
+    counts(&js["status"]["replicatedJobsStatus"])
+}
+
+/// The TrainJob's `jobsStatus`.
 fn jobs_status(tj: &Value) -> Value {
-    let n = |s: &Value, k: &str| s[k].as_i64().unwrap_or(0);
-    tj["status"]["jobsStatus"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|s| {
-                    json!({"name": s["name"], "ready": n(s, "ready"), "succeeded": n(s, "succeeded"),
-                        "failed": n(s, "failed"), "active": n(s, "active"), "suspended": n(s, "suspended")})
-                })
-                .collect()
-        })
-        .unwrap_or(json!([]))
+    counts(&tj["status"]["jobsStatus"])
 }
 
 /// Until the JobSet's status satisfies `state` and the TrainJob's
