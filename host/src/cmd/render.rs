@@ -43,6 +43,10 @@ pub struct RenderArgs {
     /// `namespaceSelector` is not checked offline).
     #[arg(long)]
     pub policy: Option<PathBuf>,
+    /// Upstream's feature gates, `Name=true,…`, as the operator's
+    /// `--feature-gates` (each off by default): `TrainJobFailurePolicy`.
+    #[arg(long, default_value = "")]
+    pub feature_gates: crate::pipeline::features::Features,
 }
 
 /// Why `render` failed.
@@ -94,6 +98,7 @@ pub enum RenderError {
 /// Run `trainforge render`.
 pub fn run(args: &RenderArgs) -> Result<(), RenderError> {
     let mut input = Input::new()?;
+    input.features = args.feature_gates;
     for path in &args.files {
         let text = std::fs::read_to_string(path).map_err(|e| RenderError::Read {
             path: path.display().to_string(),
@@ -307,7 +312,7 @@ pub fn render_with(
                 .set;
             Ok((
                 job.clone(),
-                run_pipeline(job, runtime, &set).map_err(Box::new),
+                run_pipeline(job, runtime, &set, input.features).map_err(Box::new),
             ))
         })
         .collect()
@@ -328,7 +333,7 @@ pub fn render(input: &Input, plugins: &PluginSet) -> Result<RenderResults, Rende
             let runtime = input.runtime_for(job)?;
             Ok((
                 job.clone(),
-                run_pipeline(job, runtime, plugins).map_err(Box::new),
+                run_pipeline(job, runtime, plugins, input.features).map_err(Box::new),
             ))
         })
         .collect()

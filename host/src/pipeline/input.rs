@@ -68,6 +68,8 @@ pub struct Input {
     pub trainjobs: Vec<TrainJob>,
     /// Runtimes of either kind.
     pub runtimes: Vec<RuntimeObject>,
+    /// The feature gates to render with (all off unless set).
+    pub features: super::features::Features,
     defaulter: Defaulter,
 }
 
@@ -77,6 +79,7 @@ impl Input {
         Ok(Input {
             trainjobs: Vec::new(),
             runtimes: Vec::new(),
+            features: super::features::Features::default(),
             defaulter: Defaulter::new()?,
         })
     }

@@ -16,8 +16,10 @@
 //! server would store them (`trainforge render`, `plugin run`, admission's
 //! plugin try-outs); [`sample`] makes synthetic ones (`plugin bench`, the
 //! benchmarks). [`pod_checks`] refuses, before any plugin runs, what the API
-//! server would refuse in the TrainJob's pods.
+//! server would refuse in the TrainJob's pods. [`features`] holds
+//! upstream's feature gates, which change what the plugins are given.
 
+pub mod features;
 pub mod input;
 pub mod pod_checks;
 pub mod run;

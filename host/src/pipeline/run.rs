@@ -12,6 +12,8 @@
 //! Plugins are called through [`PluginSet`]; nothing here does I/O except
 //! what the plugins ask of the host's read-only object source.
 
+use std::borrow::Cow;
+
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -27,6 +29,7 @@ use trainforge_api::trainer::v1alpha1::{
     ClusterTrainingRuntime, TrainJob, TrainingRuntime, TrainingRuntimeSpec,
 };
 
+use super::features::Features;
 use crate::plugin::{self, PluginSet, ValidateInput};
 use trainforge_api::blueprint::merge::MergeError;
 use trainforge_api::blueprint::{BlueprintError, admission_info_for, legacy};
@@ -68,6 +71,20 @@ impl RuntimeObject {
             RuntimeObject::Namespaced(r) => &r.spec,
             RuntimeObject::Cluster(r) => &r.spec,
         }
+    }
+
+    /// The runtime as the plugins see it under `features` (borrowed
+    /// unchanged when they hide nothing of it).
+    pub fn visible(&self, features: Features) -> Cow<'_, RuntimeObject> {
+        if !features.hides(self.spec()) {
+            return Cow::Borrowed(self);
+        }
+        let mut copy = self.clone();
+        match &mut copy {
+            RuntimeObject::Namespaced(r) => features.strip(&mut r.spec),
+            RuntimeObject::Cluster(r) => features.strip(&mut r.spec),
+        }
+        Cow::Owned(copy)
     }
 
     /// The object as JSON, with `apiVersion` and `kind`.
@@ -458,21 +475,26 @@ fn as_moved(old: &TrainJob, new: &TrainJob) -> TrainJob {
 /// Run the pipeline: check that a plugin serves every policy of the
 /// runtime ([`check_policies_served`]), build the runtime info once, validate
 /// with it, then every plugin phase from it, then put the objects (plus the
-/// runtime snapshot ConfigMap) in apply order.
+/// runtime snapshot ConfigMap) in apply order. The plugins see the TrainJob
+/// and runtime as `features` leave them ([`Features::visible_job`],
+/// [`RuntimeObject::visible`]); the
+/// snapshot is of the runtime as stored.
 pub fn run(
     job: &TrainJob,
     runtime: &RuntimeObject,
     plugins: &PluginSet,
+    features: Features,
 ) -> Result<Rendered, PipelineError> {
     let name = job.metadata.name.clone().unwrap_or_default();
     let span = info_span!("pipeline", trainjob = %name, runtime = %runtime.name());
     let _guard = span.enter();
     check_runtime_ref(job, runtime)?;
-    check_policies_served(runtime, plugins)?;
-    let info = JobInfo::build(job, runtime)?;
-    let warnings = validate_with(job, None, runtime, plugins, None, &info)?;
+    let (seen_job, seen_runtime) = (features.visible_job(job), runtime.visible(features));
+    check_policies_served(&seen_runtime, plugins)?;
+    let info = JobInfo::build(&seen_job, &seen_runtime)?;
+    let warnings = validate_with(&seen_job, None, &seen_runtime, plugins, None, &info)?;
     let info = info.for_phases()?;
-    let trainjob = serde_json::to_value(job).map_err(|e| PipelineError::Serialize {
+    let trainjob = serde_json::to_value(&*seen_job).map_err(|e| PipelineError::Serialize {
         what: "TrainJob",
         reason: e.to_string(),
     })?;
@@ -730,7 +752,7 @@ mod tests {
             ["mlPolicy.torch"],
             "PlainML's `mlPolicy` does not serve `mlPolicy.torch`"
         );
-        let err = run(&job(Value::Null), &rt, &torchless).unwrap_err();
+        let err = run(&job(Value::Null), &rt, &torchless, Features::default()).unwrap_err();
         assert!(
             matches!(&err, PipelineError::PolicyNotServed { keys, .. } if keys == &["mlPolicy.torch"]),
             "{err:?}"
@@ -743,7 +765,7 @@ mod tests {
         assert!(!err.is_user_error(), "a plugin can come back");
 
         let with_torch = builtins(&["plugin-jobset", "plugin-plainml", "plugin-torch"]);
-        let rendered = run(&job(Value::Null), &rt, &with_torch).unwrap();
+        let rendered = run(&job(Value::Null), &rt, &with_torch, Features::default()).unwrap();
         let jobset = rendered
             .objects
             .iter()
@@ -757,7 +779,7 @@ mod tests {
 
         // Nothing is required of a runtime without policies.
         let plain = runtime(json!({"mlPolicy": {"numNodes": 1}}));
-        assert!(run(&job(Value::Null), &plain, &torchless).is_ok());
+        assert!(run(&job(Value::Null), &plain, &torchless, Features::default()).is_ok());
     }
 
     #[test]
@@ -772,7 +794,7 @@ mod tests {
             .unwrap(),
         );
         let set = builtins(&["plugin-jobset"]);
-        let err = run(&stray, &rt, &set).unwrap_err();
+        let err = run(&stray, &rt, &set, Features::default()).unwrap_err();
         assert!(
             err.to_string().contains(
                 "trainforge: spec.podTemplateOverrides[0].targetJobs[0].name: \
@@ -789,7 +811,7 @@ mod tests {
         );
         let plain = builtins(&["plugin-plainml"]);
         assert!(validate(&patched, None, &rt, &plain).is_ok());
-        let err = run(&patched, &rt, &plain).unwrap_err();
+        let err = run(&patched, &rt, &plain, Features::default()).unwrap_err();
         assert!(
             matches!(&err, PipelineError::Blueprint(BlueprintError::Merge(e))
                 if e.field() == "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].name"),

@@ -556,20 +556,14 @@ fn rj_mut<'a>(rt: &'a mut Value, name: &str) -> &'a mut Value {
         .unwrap()
 }
 
-/// A shipped runtime (or `runtime`, applied first) runs a TrainJob of two
-/// nodes to `Complete` (upstream's e2e "… job reaches Complete").
-async fn reaches_complete(runtime: &str, own: Option<Value>) {
+/// A shipped runtime runs a TrainJob of two nodes to `Complete`
+/// (upstream's e2e "… job reaches Complete").
+async fn reaches_complete(runtime: &str) {
     let Some((env, op, client)) = setup().await else {
         return;
     };
     let ns = env.create_namespace("conf-e2e").await.unwrap();
-    let mut tj = trainjob_object(&ns, ALPHA, runtime, json!({"trainer": {"numNodes": 2}}));
-    if let Some(mut rt) = own {
-        rt["kind"] = json!("TrainingRuntime");
-        rt["metadata"] = json!({"name": runtime, "namespace": ns});
-        apply(&client, &rt).await;
-        tj["spec"]["runtimeRef"]["kind"] = json!("TrainingRuntime");
-    }
+    let tj = trainjob_object(&ns, ALPHA, runtime, json!({"trainer": {"numNodes": 2}}));
     apply(&client, &tj).await;
     let done = wait_condition(&client, &ns, "Complete", op).await;
     assert!(!is_true(&done, "Failed"), "{}", done["status"]);
@@ -1613,32 +1607,59 @@ async fn clustertrainingruntime_can_be_deleted_while_referenced_by_a_trainjob() 
 /// e2e: "PyTorch job reaches Complete" (`torch-distributed`).
 #[tokio::test]
 async fn e2e_pytorch_job_reaches_complete() {
-    reaches_complete("torch-distributed", None).await;
+    reaches_complete("torch-distributed").await;
 }
 
 /// e2e: "DeepSpeed job reaches Complete" (`deepspeed-distributed`, OpenMPI).
 #[tokio::test]
 async fn e2e_deepspeed_job_reaches_complete() {
-    reaches_complete("deepspeed-distributed", None).await;
+    reaches_complete("deepspeed-distributed").await;
 }
 
 /// e2e: "JAX job reaches Complete" (`jax-distributed`).
 #[tokio::test]
 async fn e2e_jax_job_reaches_complete() {
-    reaches_complete("jax-distributed", None).await;
+    reaches_complete("jax-distributed").await;
 }
 
 /// e2e: "XGBoost job reaches Complete" (`xgboost-distributed`).
 #[tokio::test]
 async fn e2e_xgboost_job_reaches_complete() {
-    reaches_complete("xgboost-distributed", None).await;
+    reaches_complete("xgboost-distributed").await;
 }
 
-/// e2e: "Flux job reaches Complete" (upstream ships no Flux runtime: the
-/// integration tests' one).
+/// e2e: "Flux job reaches Complete": upstream ships no Flux runtime, only
+/// examples; ours, `examples/clustertrainingruntime-flux.yaml` and
+/// `examples/trainjob-flux.yaml` (the demo's), applied as written.
 #[tokio::test]
 async fn e2e_flux_job_reaches_complete() {
-    reaches_complete("flux", Some(flux_runtime(None, false))).await;
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("conf-e2e-flux").await.unwrap();
+    for d in docs(
+        &root().join("examples/clustertrainingruntime-flux.yaml"),
+        None,
+    ) {
+        apply(&client, &d).await;
+    }
+    let mut tj = docs(&root().join("examples/trainjob-flux.yaml"), Some(&ns)).remove(0);
+    tj["metadata"]["name"] = json!(ALPHA);
+    apply(&client, &tj).await;
+    let done = wait_condition(&client, &ns, "Complete", op).await;
+    let js = jobset(&client, &ns, ALPHA).await;
+    assert_eq!(jobs_status(&done), as_jobs_status(&js));
+    let node = rj(&js, "node");
+    assert_eq!(node["template"]["spec"]["parallelism"], 2);
+    assert_eq!(
+        ctr(node, "flux-installer")["command"],
+        json!(["/bin/bash", "/etc/flux-config/init.sh"])
+    );
+    assert_eq!(
+        ctr(node, "node")["command"][1],
+        "/etc/flux-config/entrypoint.sh",
+        "the example's command runs through Flux"
+    );
 }
 
 /// e2e RuntimePatches: "should preserve user-provided manager fields".

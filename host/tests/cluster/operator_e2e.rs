@@ -31,7 +31,18 @@ async fn setup() -> Option<(&'static TestEnv, &'static Operator, kube::Client)> 
             }
         })
         .await;
-    let op = OP.get_or_init(|| Operator::start(env, "operator-e2e", &["--resync-seconds", "30"]));
+    let op = OP.get_or_init(|| {
+        Operator::start(
+            env,
+            "operator-e2e",
+            &[
+                "--resync-seconds",
+                "30",
+                "--feature-gates",
+                "TrainJobFailurePolicy=true",
+            ],
+        )
+    });
     op.wait_ready().await;
     Some((env, op, client))
 }
@@ -92,6 +103,18 @@ async fn torch_trainjob_runs_to_complete_with_jobs_status() {
     let done = wait_condition(&client, &ns, "llm", "Complete", op).await;
     let c = condition(&done, "Complete").unwrap();
     assert_eq!(c["reason"], "AllJobsCompleted", "{c}");
+    // Start and completion times: completion is the Complete condition's
+    // time; the start is not after it (RFC 3339 UTC strings order as times).
+    let (start, completion) = (
+        done["status"]["startTime"].as_str().unwrap(),
+        done["status"]["completionTime"].as_str().unwrap(),
+    );
+    assert_eq!(completion, c["lastTransitionTime"]);
+    assert!(start <= completion, "{start} > {completion}");
+    assert!(
+        start >= done["metadata"]["creationTimestamp"].as_str().unwrap(),
+        "{start}"
+    );
     let jobs = done
         .pointer("/status/jobsStatus")
         .and_then(Value::as_array)
@@ -178,6 +201,11 @@ async fn failing_pod_fails_the_trainjob_with_the_jobset_reason() {
     );
     apply(&client, &tj).await;
     let failed = wait_condition(&client, &ns, "bad", "Failed", op).await;
+    assert!(
+        failed["status"]["completionTime"].is_null(),
+        "a failed TrainJob has no completionTime, as a failed Job: {}",
+        failed["status"]
+    );
     let c = condition(&failed, "Failed").unwrap();
     let js = get(&client, JOBSET, "JobSet", Some(&ns), "bad")
         .await
@@ -218,6 +246,11 @@ async fn suspend_and_resume_are_followed_by_the_jobset() {
         condition(&suspended, "Suspended").unwrap()["reason"],
         "Suspended"
     );
+    assert!(
+        suspended["status"]["startTime"].is_null(),
+        "created suspended: not started ({})",
+        suspended["status"]
+    );
     let js = eventually("suspended JobSet", TIMEOUT, || async {
         get(&client, JOBSET, "JobSet", Some(&ns), "pause").await
     })
@@ -242,6 +275,25 @@ async fn suspend_and_resume_are_followed_by_the_jobset() {
     })
     .await;
     assert!(!is_true(&running, "Suspended"), "{}", running["status"]);
+    let first_start = running["status"]["startTime"].as_str().unwrap().to_owned();
+    // Suspended and resumed again: the start moves to when it runs again.
+    tj["spec"]["suspend"] = json!(true);
+    apply(&client, &tj).await;
+    wait_condition(&client, &ns, "pause", "Suspended", op).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tj["spec"]["suspend"] = json!(false);
+    apply(&client, &tj).await;
+    let restarted = eventually(
+        "a later startTime after the second resume",
+        TIMEOUT,
+        || async {
+            let t = trainjob(&client, &ns, "pause").await?;
+            let start = t["status"]["startTime"].as_str()?.to_owned();
+            (start > first_start).then_some(t)
+        },
+    )
+    .await;
+    assert!(restarted["status"]["completionTime"].is_null());
     // The resume is on record: its Event, written before the condition.
     let events = kube::Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), &ns)
         .list(&kube::api::ListParams::default().fields("involvedObject.name=pause"))

@@ -7,7 +7,9 @@
 //!   with TrainJobs and runtimes; `#` starts a comment);
 //! - `expected.yaml` — the rendered objects (apply order), when rendering succeeds;
 //! - `warnings.txt` — the warnings, one per line (absent = none);
-//! - `error.txt` — the error, when rendering must fail.
+//! - `error.txt` — the error, when rendering must fail;
+//! - `feature-gates` — the gates to render with, as `--feature-gates` takes
+//!   them (absent = all off, as the operator's default).
 //!
 //! After a reviewed behaviour change, regenerate with
 //! `TRAINFORGE_UPDATE_GOLDEN=1 cargo test -p trainforge --test render_golden`
@@ -48,6 +50,12 @@ struct Outcome {
 
 fn render_case(dir: &Path, plugins: &trainforge::plugin::PluginSet) -> Outcome {
     let mut input = Input::new().expect("CRD defaults");
+    if let Ok(gates) = std::fs::read_to_string(dir.join("feature-gates")) {
+        input.features = gates
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    }
     let list = std::fs::read_to_string(dir.join("inputs")).expect("inputs file");
     for line in list
         .lines()

@@ -43,6 +43,18 @@ pub struct TrainJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub restarts_count_towards_max: Option<i32>,
+
+    /// When the TrainJob started: when its JobSet was first seen running,
+    /// reset when it runs again after a resume (as a Job's). Set by the
+    /// operator (upstream's proposal, kubeflow/trainer#4052).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+
+    /// When the TrainJob completed: the time of its `Complete` condition;
+    /// never set for a failed TrainJob (as a Job's). Set by the operator
+    /// (upstream's proposal, kubeflow/trainer#4052).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
 }
 
 /// JobStatus counts the jobs of one replicated job.

@@ -87,6 +87,10 @@ pub struct OperatorArgs {
     /// never holds more reconcile workers than this.
     #[arg(long, default_value_t = 1)]
     pub tenant_concurrency: u16,
+    /// Upstream's feature gates, `Name=true,…` (each off by default, as
+    /// upstream's): `TrainJobFailurePolicy`.
+    #[arg(long, default_value = "")]
+    pub feature_gates: crate::pipeline::features::Features,
     /// The admission webhooks.
     #[command(flatten)]
     pub admission: crate::admission::serve::AdmissionArgs,

@@ -564,6 +564,7 @@ pub(super) async fn controllers(
         namespace: args.namespace.clone(),
         child_batch: Duration::from_millis(args.child_batch_ms),
         write_bytes_per_minute: args.namespace_write_mib_per_minute.saturating_mul(1 << 20),
+        features: args.feature_gates,
     };
     // Every write of the controllers passes the fence: none once this
     // replica cannot be sure it holds the Lease (`ops::fence`).

@@ -101,6 +101,8 @@ pub struct Settings {
     /// Bytes of objects each namespace's TrainJobs may write a minute
     /// ([`super::write_budget`]); zero: unlimited.
     pub write_bytes_per_minute: u64,
+    /// Upstream's feature gates ([`crate::pipeline::features`]).
+    pub features: crate::pipeline::features::Features,
 }
 
 impl Default for Settings {
@@ -111,6 +113,7 @@ impl Default for Settings {
             namespace: None,
             child_batch: batch::DEFAULT_PERIOD,
             write_bytes_per_minute: super::write_budget::DEFAULT_PER_MINUTE,
+            features: crate::pipeline::features::Features::default(),
         }
     }
 }

@@ -20,7 +20,9 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use trainforge_api::trainer::v1alpha1::TrainJobStatus;
-use trainforge_api::trainer::v1alpha1::constants::{CONDITION_FAILED, CONDITION_SUSPENDED};
+use trainforge_api::trainer::v1alpha1::constants::{
+    CONDITION_COMPLETE, CONDITION_FAILED, CONDITION_SUSPENDED,
+};
 
 use super::conditions::{self, AfterFinished, ConditionStatus, Deadline};
 
@@ -177,6 +179,13 @@ pub fn decide(input: Input<'_>) -> (TrainJobStatus, Decision) {
         (None, None, Some(Stuck::Transient)) => {}
         (None, None, _) => conditions::set_plugins_problem(&mut status, None, now),
     }
+    times(
+        &mut status,
+        input.old,
+        input.suspended,
+        input.jobset_running,
+        now,
+    );
     if input.finished {
         conditions::set_blocked(&mut status, None, now);
     } else {
@@ -240,6 +249,47 @@ pub fn decide(input: Input<'_>) -> (TrainJobStatus, Decision) {
     (status, decision)
 }
 
+/// Rule: `startTime` and `completionTime` are the host's, with a Job's
+/// meaning (whatever a status plugin returns for them is replaced by the
+/// stored ones first):
+/// - `startTime` is set when the job's JobSet is seen running while the job
+///   is not suspended, and set again when it runs after a resume (a
+///   `Suspended=False` condition newer than it); it is never after
+///   `completionTime` (a job that finished before it was seen running
+///   starts when it completed);
+/// - `completionTime` is the time of the `Complete=True` condition, once
+///   there; a failed job has none.
+pub fn times(
+    status: &mut TrainJobStatus,
+    old: &TrainJobStatus,
+    suspended: bool,
+    jobset_running: bool,
+    now: &Time,
+) {
+    status.completion_time = old.completion_time.clone().or_else(|| {
+        conditions::find(status, CONDITION_COMPLETE)
+            .filter(|c| c.status == ConditionStatus::True.as_str())
+            .map(|c| c.last_transition_time.clone())
+    });
+    status.start_time = old.start_time.clone();
+    let resumed_since = |start: &Time| {
+        conditions::find(status, CONDITION_SUSPENDED).is_some_and(|c| {
+            c.status == ConditionStatus::False.as_str() && c.last_transition_time.0 > start.0
+        })
+    };
+    let restart = match &status.start_time {
+        None => true,
+        Some(start) => status.completion_time.is_none() && resumed_since(start),
+    };
+    if restart && jobset_running && !suspended {
+        let start = match &status.completion_time {
+            Some(done) if done.0 < now.0 => done.clone(),
+            _ => now.clone(),
+        };
+        status.start_time = Some(start);
+    }
+}
+
 /// Rule: `restarts` and `restartsCountTowardsMax` are counted by the
 /// TrainJob's JobSet, which the host reads from its watch cache (`jobset`),
 /// never taken from a status plugin: each is the stored count, raised to
@@ -272,8 +322,7 @@ mod tests {
 
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use trainforge_api::trainer::v1alpha1::constants::{
-        CONDITION_COMPLETE, CONDITION_SUSPENDED, REASON_DEADLINE_EXCEEDED, REASON_RESUMED,
-        REASON_SUSPENDED,
+        REASON_DEADLINE_EXCEEDED, REASON_RESUMED, REASON_SUSPENDED,
     };
 
     use super::*;
@@ -812,6 +861,95 @@ mod tests {
         assert!(!reads_plugin_status(None, &failed_invalid));
         let failed_otherwise = status(&[(CONDITION_FAILED, "True", "JobSetFailed")]);
         assert!(reads_plugin_status(None, &failed_otherwise));
+    }
+
+    /// Start and completion times, as a Job's: set when the JobSet runs,
+    /// reset when it runs after a resume, completion from `Complete`
+    /// only; a plugin's are never taken.
+    #[test]
+    fn start_and_completion_times_follow_the_jobset_and_the_conditions() {
+        let at = |s: &str| Time(format!("2026-01-01T00:{s}Z").parse().unwrap());
+        let with = |conds: &[(&str, &str, &str)], start: Option<&str>, done: Option<&str>| {
+            let mut s = status(conds);
+            for c in s.conditions.iter_mut().flatten() {
+                c.last_transition_time = at("05:00");
+            }
+            s.start_time = start.map(at);
+            s.completion_time = done.map(at);
+            s
+        };
+        let run = |viewed: &TrainJobStatus,
+                   old: &TrainJobStatus,
+                   suspended: bool,
+                   running: bool,
+                   now: &str| {
+            let mut s = viewed.clone();
+            times(&mut s, old, suspended, running, &at(now));
+            (
+                s.start_time.map(|t| t.0.to_string()),
+                s.completion_time.map(|t| t.0.to_string()),
+            )
+        };
+        let iso = |s: &str| Some(at(s).0.to_string());
+        let empty = with(&[], None, None);
+        // Not running yet, or suspended: no start.
+        assert_eq!(run(&empty, &empty, false, false, "01:00"), (None, None));
+        assert_eq!(run(&empty, &empty, true, true, "01:00"), (None, None));
+        // Running: starts now, and keeps that start.
+        assert_eq!(
+            run(&empty, &empty, false, true, "01:00"),
+            (iso("01:00"), None)
+        );
+        let started = with(&[], Some("01:00"), None);
+        assert_eq!(
+            run(&started, &started, false, true, "02:00"),
+            (iso("01:00"), None)
+        );
+        // A plugin's times are not taken.
+        let forged = with(&[], Some("00:01"), Some("00:02"));
+        assert_eq!(
+            run(&forged, &started, false, true, "02:00"),
+            (iso("01:00"), None)
+        );
+        // Resumed at 05:00 after it started: starts again once running.
+        let resumed = with(
+            &[(CONDITION_SUSPENDED, "False", REASON_RESUMED)],
+            Some("01:00"),
+            None,
+        );
+        assert_eq!(
+            run(&resumed, &started, false, false, "05:00"),
+            (iso("01:00"), None)
+        );
+        assert_eq!(
+            run(&resumed, &started, false, true, "06:00"),
+            (iso("06:00"), None)
+        );
+        let restarted = with(&[], Some("06:00"), None);
+        assert_eq!(
+            run(&resumed, &restarted, false, true, "07:00"),
+            (iso("06:00"), None)
+        );
+        // Complete: completion from the condition; a failed job has none.
+        let complete = with(
+            &[(CONDITION_COMPLETE, "True", "AllJobsCompleted")],
+            None,
+            None,
+        );
+        assert_eq!(
+            run(&complete, &started, false, true, "09:00"),
+            (iso("01:00"), iso("05:00"))
+        );
+        let failed = with(&[(CONDITION_FAILED, "True", "FailedJobs")], None, None);
+        assert_eq!(
+            run(&failed, &started, false, true, "09:00"),
+            (iso("01:00"), None)
+        );
+        // Complete before it was ever seen running: starts when it completed.
+        assert_eq!(
+            run(&complete, &empty, false, true, "09:00"),
+            (iso("05:00"), iso("05:00"))
+        );
     }
 
     /// A hostile status plugin's counters are never read: only the stored

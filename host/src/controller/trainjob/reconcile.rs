@@ -1133,8 +1133,9 @@ impl Reconcile<'_> {
         plugins: &Arc<PluginSet>,
     ) -> Result<(Rendered, plugin::HostInputs), ReconcileError> {
         let (job, runtime, plugins) = (self.job.clone(), runtime.clone(), plugins.clone());
+        let features = self.ctx.settings.features;
         let (rendered, taken) = tokio::task::spawn_blocking(move || {
-            plugin::record_host_inputs(|| run_pipeline(&job, &runtime, &plugins))
+            plugin::record_host_inputs(|| run_pipeline(&job, &runtime, &plugins, features))
         })
         .await
         .map_err(ReconcileError::BuildTask)?;

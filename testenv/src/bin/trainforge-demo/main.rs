@@ -4,7 +4,8 @@
 //!    controller-manager, scheduler, JobSet, kwok) with our CRDs installed;
 //! 2. apply the default plugin configuration (`manifests/plugins/*.yaml`) and
 //!    the examples other than TrainJobs (by default the shipped
-//!    `torch-distributed` runtime and `examples/clustertrainingruntime-multi-node.yaml`);
+//!    `torch-distributed` runtime, `examples/clustertrainingruntime-multi-node.yaml`
+//!    and the Flux runtime `examples/clustertrainingruntime-flux.yaml`);
 //! 3. start the operator (`trainforge operator`, log in the environment's
 //!    `logs/operator.log`) and wait for its `/readyz`; with `--oci-plugin`,
 //!    first start a local OCI registry, push and sign that component with
@@ -12,7 +13,8 @@
 //!    load it through a `ClusterTrainerPlugin` (`oci://` tag, signature
 //!    verified);
 //! 4. apply the example TrainJobs (by default `default/demo` of
-//!    `examples/trainjob-torch-distributed.yaml`) and print a live view of each
+//!    `examples/trainjob-torch-distributed.yaml` and `default/flux-demo` of
+//!    `examples/trainjob-flux.yaml`) and print a live view of each
 //!    (state, JobSet, pod phases) until it is `Complete` or `Failed`, then its
 //!    `status.jobsStatus`; then report its progress as its trainer pod would
 //!    (the operator runs its TrainJob status server) and print
@@ -71,7 +73,9 @@ struct Args {
     #[arg(long, default_values = [
         concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/runtimes/torch-distributed.yaml"),
         concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/clustertrainingruntime-multi-node.yaml"),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/clustertrainingruntime-flux.yaml"),
         concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/trainjob-torch-distributed.yaml"),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/trainjob-flux.yaml"),
     ])]
     example: Vec<PathBuf>,
     /// Directory of the ClusterTrainerPlugin configs to apply (every `*.yaml`
