@@ -10,8 +10,12 @@ use crate::process::{self, Proc};
 use crate::{Error, ports, wait};
 
 /// Controllers we run (canonical names, `cmd/kube-controller-manager/names`).
+/// The persistent volume binder binds claims to volumes a test creates
+/// (no provisioner runs): JobSet's `volumeClaimPolicies` claims, as the
+/// shipped torchtune runtimes make.
 pub const CONTROLLERS: &str = "garbage-collector-controller,job-controller,namespace-controller,\
-serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller";
+serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,\
+persistentvolume-binder-controller";
 
 /// Start kube-controller-manager and wait for its `/healthz`.
 pub async fn start(bin: &Path, logs: &Path, pki: &Pki, kubeconfig: &Path) -> Result<Proc, Error> {

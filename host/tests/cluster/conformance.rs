@@ -51,13 +51,13 @@ async fn setup() -> Option<(&'static TestEnv, &'static Operator, kube::Client)> 
             apply_default_plugins(&client).await;
             op.wait_ready().await;
             wait_default_plugins_ready(&client).await;
-            for f in [
-                "torch-distributed",
-                "deepspeed-distributed",
-                "jax-distributed",
-                "xgboost-distributed",
-            ] {
-                for d in docs(&root().join(format!("manifests/runtimes/{f}.yaml")), None) {
+            // Every shipped runtime.
+            for f in trainforge_testenv::manifests::yaml_files(&root().join("manifests/runtimes"))
+                .unwrap()
+                .iter()
+                .filter(|f| !f.ends_with("kustomization.yaml"))
+            {
+                for d in docs(f, None) {
                     apply(&client, &d).await;
                 }
             }
@@ -423,15 +423,21 @@ fn js_condition<'a>(js: &'a Value, type_: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("JobSet has no {type_}: {}", js["status"]))
 }
 
-/// PUT the stored TrainJob after `edit` (an update through admission).
-async fn update_trainjob(
-    client: &kube::Client,
-    ns: &str,
-    edit: impl FnOnce(&mut Value),
-) -> Outcome {
-    let mut tj = trainjob(client, ns, ALPHA).await.unwrap();
-    edit(&mut tj);
-    update(client, &tj).await
+/// PUT the stored TrainJob after `edit` (an update through admission),
+/// read and edited again while the operator's status writes make it
+/// conflict (409), as a client does.
+async fn update_trainjob(client: &kube::Client, ns: &str, edit: impl Fn(&mut Value)) -> Outcome {
+    let mut attempts = 0;
+    loop {
+        let mut tj = trainjob(client, ns, ALPHA).await.unwrap();
+        edit(&mut tj);
+        let out = update(client, &tj).await;
+        attempts += 1;
+        if out.code != 409 || attempts == 20 {
+            return out;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 async fn unsuspend(client: &kube::Client, ns: &str) {
@@ -1626,6 +1632,85 @@ async fn e2e_jax_job_reaches_complete() {
 #[tokio::test]
 async fn e2e_xgboost_job_reaches_complete() {
     reaches_complete("xgboost-distributed").await;
+}
+
+/// Every shipped runtime runs to `Complete` (the reading of
+/// upstream's e2e, which runs five of them): MLX.
+#[tokio::test]
+async fn e2e_mlx_job_reaches_complete() {
+    reaches_complete("mlx-distributed").await;
+}
+
+/// A shipped torchtune runtime runs its TrainJob to `Complete`: the
+/// dataset and model initializers, then the trainer once both completed
+/// (`dependsOn`). Their JobSet's `volumeClaimPolicies` claim 20Gi
+/// (`initializer-<jobset>`); no provisioner runs here, so the test makes
+/// the volume the claim binds to (the persistent volume binder runs).
+async fn torchtune_reaches_complete(runtime: &str) {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let ns = env.create_namespace("conf-torchtune").await.unwrap();
+    apply(
+        &client,
+        &json!({"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": format!("initializer-{ns}")},
+            "spec": {"capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "", "persistentVolumeReclaimPolicy": "Delete",
+                "claimRef": {"namespace": ns, "name": format!("initializer-{ALPHA}")},
+                "hostPath": {"path": format!("/tmp/{ns}")}}}),
+    )
+    .await;
+    apply(&client, &trainjob_object(&ns, ALPHA, runtime, json!({}))).await;
+    let done = wait_condition(&client, &ns, "Complete", op).await;
+    let js = jobset(&client, &ns, ALPHA).await;
+    assert_eq!(jobs_status(&done), as_jobs_status(&js));
+    let names: Vec<&str> = js["status"]["replicatedJobsStatus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["succeeded"] == 1)
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    for job in ["dataset-initializer", "model-initializer", "node"] {
+        assert!(names.contains(&job), "{job} succeeded: {}", js["status"]);
+    }
+    let pvc = get(
+        &client,
+        "v1",
+        "PersistentVolumeClaim",
+        Some(&ns),
+        &format!("initializer-{ALPHA}"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(pvc["spec"]["volumeName"], format!("initializer-{ns}"));
+    delete(
+        &client,
+        "v1",
+        "PersistentVolume",
+        None,
+        &format!("initializer-{ns}"),
+    )
+    .await;
+}
+
+/// Every shipped runtime runs to `Complete`: `torchtune-llama3.2-1b`.
+#[tokio::test]
+async fn e2e_torchtune_llama3_2_1b_job_reaches_complete() {
+    torchtune_reaches_complete("torchtune-llama3.2-1b").await;
+}
+
+/// Every shipped runtime runs to `Complete`: `torchtune-llama3.2-3b`.
+#[tokio::test]
+async fn e2e_torchtune_llama3_2_3b_job_reaches_complete() {
+    torchtune_reaches_complete("torchtune-llama3.2-3b").await;
+}
+
+/// Every shipped runtime runs to `Complete`: `torchtune-qwen2.5-1.5b`.
+#[tokio::test]
+async fn e2e_torchtune_qwen2_5_1_5b_job_reaches_complete() {
+    torchtune_reaches_complete("torchtune-qwen2.5-1.5b").await;
 }
 
 /// e2e: "Flux job reaches Complete": upstream ships no Flux runtime, only
