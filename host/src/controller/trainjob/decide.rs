@@ -13,7 +13,8 @@
 //!    reconcile again.
 //!
 //! [`restarts`] is the host's rule for the restart counters, applied to
-//! the status plugin's view.
+//! the status plugin's view; [`times`] (inside [`decide`]) the rule for
+//! `startTime` and `completionTime`.
 
 use std::time::Duration;
 
