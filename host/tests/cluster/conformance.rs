@@ -423,6 +423,15 @@ fn js_condition<'a>(js: &'a Value, type_: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("JobSet has no {type_}: {}", js["status"]))
 }
 
+/// Apply `runtime` (namespaced, in `ns`) and upstream's TrainJob `alpha`
+/// of it with `extra`; the JobSet built for it.
+async fn built(client: &kube::Client, ns: &str, runtime: Value, extra: Value) -> Value {
+    let name = runtime["metadata"]["name"].as_str().unwrap().to_owned();
+    apply(client, &runtime).await;
+    apply(client, &alpha(ns, &name, extra)).await;
+    jobset(client, ns, ALPHA).await
+}
+
 /// PUT the stored TrainJob after `edit` (an update through admission),
 /// read and edited again while the operator's status writes make it
 /// conflict (409), as a client does.
@@ -937,22 +946,18 @@ async fn plainml_should_propagate_termination_grace_period_seconds_from_runtimep
         return;
     };
     let ns = env.create_namespace("conf-grace").await.unwrap();
-    apply(&client, &wrapper(Some(&ns), "plain", json!({}), true)).await;
     let patch = node_patch(
         "test.io/manager",
         json!({}),
         json!({"terminationGracePeriodSeconds": 300}),
     );
-    apply(
+    let js = built(
         &client,
-        &alpha(
-            &ns,
-            "plain",
-            json!({"suspend": true, "runtimePatches": [patch]}),
-        ),
+        &ns,
+        wrapper(Some(&ns), "plain", json!({}), true),
+        json!({"suspend": true, "runtimePatches": [patch]}),
     )
     .await;
-    let js = jobset(&client, &ns, ALPHA).await;
     assert_eq!(
         pod_spec(rj(&js, "node"))["terminationGracePeriodSeconds"],
         300
@@ -996,21 +1001,13 @@ async fn torch_should_succeed_to_create_trainjob_with_torch_trainingruntime() {
         return;
     };
     let ns = env.create_namespace("conf-torch").await.unwrap();
-    apply(
+    let js = built(
         &client,
-        &wrapper(Some(&ns), "torch", json!({"torch": {}}), true),
+        &ns,
+        wrapper(Some(&ns), "torch", json!({"torch": {}}), true),
+        json!({"suspend": true, "trainer": {"env": [{"name": "TRAIN_JOB", "value": "value"}]}}),
     )
     .await;
-    apply(
-        &client,
-        &alpha(
-            &ns,
-            "torch",
-            json!({"suspend": true, "trainer": {"env": [{"name": "TRAIN_JOB", "value": "value"}]}}),
-        ),
-    )
-    .await;
-    let js = jobset(&client, &ns, ALPHA).await;
     let node = ctr(rj(&js, "node"), "node");
     assert_eq!(env_of(node), torch_env(100));
     assert_port(node, 29500);
@@ -1152,17 +1149,13 @@ async fn openmpi_should_succeed_to_create_trainjob_with_openmpi_trainingruntime(
         return;
     };
     let ns = env.create_namespace("conf-mpi").await.unwrap();
-    apply(&client, &mpi_runtime(Some(&ns), "mpi", true)).await;
-    apply(
+    let js = built(
         &client,
-        &alpha(
-            &ns,
-            "mpi",
-            json!({"suspend": true, "trainer": {"numNodes": 2}}),
-        ),
+        &ns,
+        mpi_runtime(Some(&ns), "mpi", true),
+        json!({"suspend": true, "trainer": {"numNodes": 2}}),
     )
     .await;
-    let js = jobset(&client, &ns, ALPHA).await;
     let ssh = json!({"name": "mpi-ssh-auth", "secret": {"secretName": "alpha-mpi-ssh-auth", "defaultMode": 256,
         "items": [{"key": "ssh-privatekey", "path": "id_rsa", "mode": 416},
                   {"key": "ssh-publickey", "path": "id_rsa.pub", "mode": 420},
@@ -1332,21 +1325,13 @@ async fn jax_should_succeed_to_create_trainjob_with_jax_trainingruntime() {
         return;
     };
     let ns = env.create_namespace("conf-jax").await.unwrap();
-    apply(
+    let js = built(
         &client,
-        &wrapper(Some(&ns), "jax", json!({"jax": {}}), true),
+        &ns,
+        wrapper(Some(&ns), "jax", json!({"jax": {}}), true),
+        json!({"suspend": true, "trainer": {"numNodes": 2}}),
     )
     .await;
-    apply(
-        &client,
-        &alpha(
-            &ns,
-            "jax",
-            json!({"suspend": true, "trainer": {"numNodes": 2}}),
-        ),
-    )
-    .await;
-    let js = jobset(&client, &ns, ALPHA).await;
     let node = ctr(rj(&js, "node"), "node");
     assert_eq!(
         env_of(node),
@@ -1378,21 +1363,13 @@ async fn xgboost_should_succeed_to_create_trainjob_with_xgboost_trainingruntime(
         return;
     };
     let ns = env.create_namespace("conf-xgb").await.unwrap();
-    apply(
+    let js = built(
         &client,
-        &wrapper(Some(&ns), "xgb", json!({"xgboost": {}}), true),
+        &ns,
+        wrapper(Some(&ns), "xgb", json!({"xgboost": {}}), true),
+        json!({"suspend": true, "trainer": {"numNodes": 2}}),
     )
     .await;
-    apply(
-        &client,
-        &alpha(
-            &ns,
-            "xgb",
-            json!({"suspend": true, "trainer": {"numNodes": 2}}),
-        ),
-    )
-    .await;
-    let js = jobset(&client, &ns, ALPHA).await;
     let node = ctr(rj(&js, "node"), "node");
     let e = env_of(node);
     for want in [
@@ -1435,19 +1412,15 @@ async fn flux_should_succeed_to_create_trainjob_with_flux_trainingruntime() {
         return;
     };
     let ns = env.create_namespace("conf-flux").await.unwrap();
-    apply(&client, &flux_runtime(Some(&ns), true)).await;
     // Upstream's Flux needs `trainer.numNodes` (it dereferences it
     // unchecked); without it ours says so (`Blocked`, `PluginFailed`).
-    apply(
+    let js = built(
         &client,
-        &alpha(
-            &ns,
-            "flux",
-            json!({"suspend": true, "trainer": {"numNodes": 2}}),
-        ),
+        &ns,
+        flux_runtime(Some(&ns), true),
+        json!({"suspend": true, "trainer": {"numNodes": 2}}),
     )
     .await;
-    let js = jobset(&client, &ns, ALPHA).await;
     assert_eq!(js["spec"]["replicatedJobs"].as_array().unwrap().len(), 3);
     let node = rj(&js, "node");
     assert_eq!(node["replicas"], 1);
