@@ -7,10 +7,17 @@
 //! connections to etcd, a test's clients), so a port found by binding
 //! `127.0.0.1:0` can be taken by one of those before the component binds
 //! it; a port below the range cannot. Ports handed out by this process are
-//! remembered so that two components never get the same one. Where the range
-//! is unknown (not Linux) or nothing below it is free, `127.0.0.1:0` is used.
+//! remembered so that two components never get the same one. Test processes
+//! run side by side (`testenv/by-module.sh` runs modules at once), and a
+//! port one has checked free but whose component has not bound it yet looks
+//! free to the others too: so each port below the range is also claimed for
+//! the life of the process with an exclusive lock on a file named after it
+//! (`$TMPDIR/trainforge-ports/<port>`), which the kernel releases when the
+//! process ends, however it ends. Where the range is unknown (not Linux) or
+//! nothing below it is free, `127.0.0.1:0` is used.
 
 use std::collections::HashSet;
+use std::fs::File;
 use std::net::TcpListener;
 use std::sync::{Mutex, OnceLock};
 
@@ -30,9 +37,61 @@ fn ephemeral_start() -> Option<u16> {
     text.split_whitespace().next()?.parse().ok()
 }
 
+/// The claims this process holds (module rule): each file's lock is held
+/// until the process ends.
+fn claims() -> &'static Mutex<Vec<File>> {
+    static CLAIMS: OnceLock<Mutex<Vec<File>>> = OnceLock::new();
+    CLAIMS.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// The directory of the port claim files.
+fn claim_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join("trainforge-ports")
+}
+
+/// Claim `port` against other processes: `None` when another process holds
+/// it. Where the claim file cannot be made at all (a read-only temporary
+/// directory), the port is not claimed and the bind check alone decides.
+fn claim(port: u16) -> Option<Option<File>> {
+    let dir = claim_dir();
+    if std::fs::create_dir_all(&dir).is_err() {
+        return Some(None);
+    }
+    let Ok(file) = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(port.to_string()))
+    else {
+        return Some(None);
+    };
+    match file.try_lock() {
+        Ok(()) => Some(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => None,
+        Err(std::fs::TryLockError::Error(_)) => Some(None),
+    }
+}
+
 /// Whether `port` on 127.0.0.1 can be bound now.
 fn bindable(port: u16) -> bool {
     TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// Claim `port` and check it can be bound; keeps the claim when it can.
+fn take(port: u16) -> bool {
+    let Some(file) = claim(port) else {
+        return false;
+    };
+    if !bindable(port) {
+        return false;
+    }
+    if let Some(file) = file {
+        claims()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(file);
+    }
+    true
 }
 
 /// A free port in `[LOWEST, end)` not handed out before, searched from a
@@ -41,7 +100,7 @@ fn bindable(port: u16) -> bool {
 fn below_ephemeral(end: u16) -> Option<u16> {
     let mut set = handed_out().lock().unwrap_or_else(|p| p.into_inner());
     probe_order(end)?
-        .find(|p| !set.contains(p) && bindable(*p))
+        .find(|p| !set.contains(p) && take(*p))
         .inspect(|p| {
             set.insert(*p);
         })
@@ -139,5 +198,39 @@ mod tests {
         let p = free_port().unwrap();
         assert!(!held_ports.contains(&p), "{p} is held");
         assert!(p < start, "{p} is not below the ephemeral range");
+    }
+
+    /// A port another process has claimed (here: a lock on its claim file
+    /// through another open file, which conflicts as another process's
+    /// would) is never handed out, though nothing is bound to it.
+    #[test]
+    fn a_port_claimed_by_another_process_is_never_handed_out() {
+        let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(start) = ephemeral_start().filter(|s| *s > LOWEST) else {
+            return;
+        };
+        let taken = handed_out().lock().unwrap().clone();
+        std::fs::create_dir_all(claim_dir()).unwrap();
+        let others: Vec<(u16, File)> = probe_order(start)
+            .unwrap()
+            .filter(|p| !taken.contains(p) && bindable(*p))
+            .take(16)
+            .filter_map(|p| {
+                let f = File::create(claim_dir().join(p.to_string())).ok()?;
+                f.try_lock().ok()?;
+                Some((p, f))
+            })
+            .collect();
+        assert!(!others.is_empty(), "could not claim any port below {start}");
+        let claimed: HashSet<u16> = others.iter().map(|(p, _)| *p).collect();
+        let p = free_port().unwrap();
+        assert!(!claimed.contains(&p), "{p} is claimed by another process");
+        // Once the other claim goes (its process ended), the port is free again.
+        let (first, file) = others.into_iter().next().unwrap();
+        drop(file);
+        assert!(
+            claim(first).is_some_and(|f| f.is_some()),
+            "{first} stays claimed"
+        );
     }
 }
