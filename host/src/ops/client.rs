@@ -7,6 +7,12 @@
 //! client-go writes them. The API server names the field manager of a write
 //! that gives none after the part before the first `/` (`trainforge`), and
 //! audit logs show the whole string.
+//!
+//! Two clients share one configuration ([`Clients`]): kube's, which resends
+//! a request the API server answered 429/503/504 after a backoff, and one
+//! that never resends, for the fence ([`crate::ops::fence`]), which resends
+//! itself and checks the fence before every attempt: a resend from inside
+//! kube's client would pass no fence.
 
 use kube::Config;
 use reqwest::header::{HeaderValue, InvalidHeaderValue, USER_AGENT};
@@ -72,12 +78,32 @@ pub fn client_for(config: Config, user_agent: &str) -> Result<kube::Client, Erro
     kube::Client::try_from(with_user_agent(config, user_agent)?).map_err(Error::Build)
 }
 
-/// The operator's client: inferred configuration, [`OPERATOR_COMPONENT`]'s
+/// The operator's clients (module rule).
+#[derive(Clone)]
+pub struct Clients {
+    /// Resends a request answered 429/503/504 (kube's default).
+    pub client: kube::Client,
+    /// Never resends: the only client to give [`crate::ops::fence::Fence::client`].
+    pub unretried: kube::Client,
+}
+
+/// Both clients for `config`, sending `user_agent`.
+pub fn clients_for(config: Config, user_agent: &str) -> Result<Clients, Error> {
+    let config = with_user_agent(config, user_agent)?;
+    let mut once = config.clone();
+    once.default_retry = false;
+    Ok(Clients {
+        client: kube::Client::try_from(config).map_err(Error::Build)?,
+        unretried: kube::Client::try_from(once).map_err(Error::Build)?,
+    })
+}
+
+/// The operator's clients: inferred configuration, [`OPERATOR_COMPONENT`]'s
 /// [`user_agent`].
 #[tracing::instrument(name = "api_client")]
-pub async fn operator_client() -> Result<kube::Client, Error> {
+pub async fn operator_clients() -> Result<Clients, Error> {
     let config = Config::infer().await?;
-    client_for(config, &user_agent(OPERATOR_COMPONENT))
+    clients_for(config, &user_agent(OPERATOR_COMPONENT))
 }
 
 #[cfg(test)]

@@ -14,9 +14,13 @@
 //! naming why, as a failed request would, and the reconcile is retried (by
 //! the next leader).
 //!
-//! Checked when the request is sent: a request already sent when the
-//! process was paused may still arrive late (Kubernetes has no write
-//! precondition on a Lease to close that gap).
+//! Checked when the request is sent, and again before each resend of a
+//! request the API server answered 429/503/504 (kube's retry policy, run
+//! here around the check: the client given must not resend by itself,
+//! [`crate::ops::client::Clients::unretried`]); a resend after a pause is
+//! refused like a first attempt. A request already sent when the process
+//! was paused may still arrive late (Kubernetes has no write precondition
+//! on a Lease to close that gap).
 //!
 //! [`Fence::open`] is always open (no election: this replica leads alone).
 
@@ -94,12 +98,13 @@ impl Fence {
         }
     }
 
-    /// `client`, with every request that changes something passed through
-    /// this fence (see the module rule).
+    /// `client` (one that never resends by itself), with every request that
+    /// changes something passed through this fence, and resent on
+    /// 429/503/504 only through it again (see the module rule).
     pub fn client(&self, client: kube::Client) -> kube::Client {
         let fence = self.clone();
         let namespace = client.default_namespace().to_owned();
-        let service = tower::service_fn(move |req: Request<Body>| {
+        let checked = tower::service_fn(move |req: Request<Body>| {
             let (fence, client) = (fence.clone(), client.clone());
             async move {
                 if changes_something(&req) {
@@ -111,6 +116,11 @@ impl Fence {
                     .map_err(|e| Box::new(e) as tower::BoxError)
             }
         });
+        let service = tower::ServiceBuilder::new()
+            .layer(tower::retry::RetryLayer::new(
+                kube::client::retry::RetryPolicy::server_retry(),
+            ))
+            .service(checked);
         kube::Client::new(service, namespace)
     }
 }
@@ -211,5 +221,58 @@ mod tests {
         // A renewal "in the future" (a skewed clock) holds one Lease at most.
         let ahead = wall.checked_add(Duration::from_secs(600)).unwrap();
         assert_eq!(held_until(now, wall, ahead, d, m).unwrap() - now, d);
+    }
+
+    /// A client whose API server answers 429 to every write, counting the
+    /// attempts; `on_attempt` runs at each.
+    fn throttled(on_attempt: impl Fn() + Send + Sync + 'static) -> (kube::Client, Arc<Mutex<u32>>) {
+        let attempts = Arc::new(Mutex::new(0u32));
+        let (count, on_attempt) = (attempts.clone(), Arc::new(on_attempt));
+        let service = tower::service_fn(move |_req: Request<Body>| {
+            let (count, on_attempt) = (count.clone(), on_attempt.clone());
+            async move {
+                *count.lock().unwrap() += 1;
+                on_attempt();
+                http::Response::builder()
+                    .status(429)
+                    .body(Body::empty())
+                    .map_err(tower::BoxError::from)
+            }
+        });
+        (kube::Client::new(service, "default"), attempts)
+    }
+
+    fn patch() -> Request<Body> {
+        Request::builder()
+            .method(Method::PATCH)
+            .uri("/apis/trainer.kubeflow.org/v1alpha1/namespaces/a/trainjobs/x/status")
+            .body(Body::from(b"{}".to_vec()))
+            .unwrap()
+    }
+
+    /// A write the API server throttles is resent (kube's policy), each
+    /// resend through the fence: once the fence closes (here: during the
+    /// first attempt, as a pause past the Lease would), nothing more is sent.
+    #[tokio::test]
+    async fn a_resend_passes_the_fence_again() {
+        let fence = Fence::closed();
+        fence.open_until(Instant::now() + Duration::from_secs(60));
+        let closer = fence.clone();
+        let (inner, attempts) = throttled(move || closer.close("the Lease was lost"));
+        let err = fence.client(inner).send(patch()).await.unwrap_err();
+        assert!(err.to_string().contains("lost"), "{err}");
+        assert_eq!(*attempts.lock().unwrap(), 1, "resent past a closed fence");
+
+        // While the fence stays open, the same write is resent (429 each
+        // time, up to kube's retry budget).
+        let fence = Fence::closed();
+        fence.open_until(Instant::now() + Duration::from_secs(60));
+        let (inner, attempts) = throttled(|| ());
+        let _ = tokio::time::timeout(
+            Duration::from_millis(200),
+            fence.client(inner).send(patch()),
+        )
+        .await;
+        assert!(*attempts.lock().unwrap() > 1, "a throttled write is resent");
     }
 }

@@ -44,8 +44,8 @@ pub fn main(args: OperatorArgs) -> Result<(), OperatorError> {
         .build()?;
     rt.block_on(async move {
         let shutdown = crate::ops::shutdown::on_signal()?;
-        let client = crate::ops::client::operator_client().await?;
-        run(client, args, shutdown).await
+        let clients = crate::ops::client::operator_clients().await?;
+        run(clients, args, shutdown).await
     })
 }
 
@@ -74,12 +74,13 @@ pub fn main(args: OperatorArgs) -> Result<(), OperatorError> {
 ///
 /// Shut down while a stage waits (5, 7, 8): `Ok` at once.
 pub async fn run(
-    client: kube::Client,
+    clients: crate::ops::client::Clients,
     args: OperatorArgs,
     shutdown: CancellationToken,
 ) -> Result<(), OperatorError> {
     let op = Operator {
-        client,
+        client: clients.client,
+        unretried: clients.unretried,
         args,
         metrics: Arc::new(Metrics::new()),
         shutdown,

@@ -35,6 +35,8 @@ use crate::plugin::{self, PluginRuntime, PluginSet, RuntimeConfig};
 pub(super) struct Operator {
     /// The API client.
     pub(super) client: kube::Client,
+    /// The same, never resending: what the fence wraps (`ops::client`).
+    pub(super) unretried: kube::Client,
     /// The flags.
     pub(super) args: OperatorArgs,
     /// The process's metrics.
@@ -297,7 +299,7 @@ pub(super) async fn plugins(
     let fetch = fetch_options(&op.args)?;
     let catalog = Arc::new(PluginCatalog::new(runtime.clone(), objects.clone()));
     // Statuses are written by the leader only, through its fence.
-    let fenced = leader.fence().client(op.client.clone());
+    let fenced = leader.fence().client(op.unretried.clone());
     let task = tokio::spawn(crate::controller::catalog::run_with(
         fenced.clone(),
         catalog.clone(),
@@ -570,7 +572,7 @@ pub(super) async fn controllers(
     // replica cannot be sure it holds the Lease (`ops::fence`).
     let ctx = Arc::new(
         Context::new(
-            leader.fence().client(op.client.clone()),
+            leader.fence().client(op.unretried.clone()),
             loaded.served.plugins.clone(),
             objects,
             op.metrics.clone(),
@@ -582,7 +584,7 @@ pub(super) async fn controllers(
     // How far each plugin swap has reached, on the ClusterTrainerPlugins.
     if let Some(catalog) = &loaded.catalog {
         tokio::spawn(crate::controller::catalog::rollout::report(
-            kube::Api::all(leader.fence().client(op.client.clone())),
+            kube::Api::all(leader.fence().client(op.unretried.clone())),
             catalog.clone(),
             ctx.rollouts.subscribe(),
             stop.clone(),
