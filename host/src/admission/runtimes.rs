@@ -17,6 +17,10 @@
 //! The blueprint code has no other runtime-only rule: everything else it
 //! refuses depends on the TrainJob and is reported when one is admitted.
 //!
+//! `spec.runPolicy` (ahead of upstream, [`failure_policy`], [`cleanup`])
+//! refuses the template's own failure handling, TTL and deadlines beside
+//! the field that replaces each, and warns where they are used alone.
+//!
 //! When: a TrainingRuntime on CREATE only (an update is never refused); a
 //! ClusterTrainingRuntime on CREATE and UPDATE. A ClusterTrainingRuntime
 //! created with the label `trainer.kubeflow.org/support: deprecated` is
@@ -167,6 +171,66 @@ pub fn failure_policy(spec: &TrainingRuntimeSpec) -> (Vec<FieldError>, Vec<Strin
     (errors, warnings)
 }
 
+/// Cleanup and deadlines belong to the TrainJob (upstream's proposal #3824
+/// puts them in `spec.runPolicy`, and its runtime CEL refuses them in the
+/// template). Upstream v2.3 admits a template JobSet
+/// `ttlSecondsAfterFinished` and a Job `activeDeadlineSeconds`, so they are
+/// refused only beside the `spec.runPolicy` field that replaces them, and
+/// otherwise admitted with a warning naming that field: a JobSet's TTL
+/// deletes the JobSet of a finished TrainJob but never the TrainJob (the
+/// cause of upstream #3779's re-created JobSets), and a Job's deadline
+/// fails that Job, not the TrainJob with `DeadlineExceeded`.
+pub fn cleanup(spec: &TrainingRuntimeSpec) -> (Vec<FieldError>, Vec<String>) {
+    let (mut errors, mut warnings) = (Vec::new(), Vec::new());
+    let run = spec.run_policy.as_ref();
+    let template = spec.template.spec.as_ref();
+    if template.is_some_and(|s| s.ttl_seconds_after_finished.is_some()) {
+        if run.is_some_and(|r| r.ttl_seconds_after_finished.is_some()) {
+            errors.push(FieldError {
+                error_type: FieldErrorType::Forbidden,
+                field: "spec.runPolicy.ttlSecondsAfterFinished".into(),
+                bad_value: None,
+                detail: "cannot be combined with spec.template.spec.ttlSecondsAfterFinished: \
+                         the finished TrainJob is deleted, and its JobSet with it"
+                    .into(),
+            });
+        } else {
+            warnings.push(
+                "spec.template.spec.ttlSecondsAfterFinished deletes the JobSet of a finished \
+                 TrainJob but not the TrainJob; spec.runPolicy.ttlSecondsAfterFinished deletes both"
+                    .to_owned(),
+            );
+        }
+    }
+    let jobs = template.and_then(|s| s.replicated_jobs.as_ref());
+    for (i, rj) in jobs.into_iter().flatten().enumerate() {
+        if rj
+            .template
+            .spec
+            .as_ref()
+            .is_none_or(|s| s.active_deadline_seconds.is_none())
+        {
+            continue;
+        }
+        let field =
+            format!("spec.template.spec.replicatedJobs[{i}].template.spec.activeDeadlineSeconds");
+        if run.is_some_and(|r| r.active_deadline_seconds.is_some()) {
+            errors.push(FieldError {
+                error_type: FieldErrorType::Forbidden,
+                field: "spec.runPolicy.activeDeadlineSeconds".into(),
+                bad_value: None,
+                detail: format!("cannot be combined with {field}"),
+            });
+        } else {
+            warnings.push(format!(
+                "{field} fails that replicated job's Jobs, not the TrainJob; \
+                 spec.runPolicy.activeDeadlineSeconds bounds the whole TrainJob"
+            ));
+        }
+    }
+    (errors, warnings)
+}
+
 /// Whether the blueprint can give a TrainJob its runtime info at all.
 fn blueprint_errors(spec: &TrainingRuntimeSpec) -> Vec<FieldError> {
     let probe: Result<TrainJob, _> = serde_json::from_value(json!({
@@ -238,6 +302,9 @@ pub fn review_runtime(
     let (fp_errors, fp_warnings) = failure_policy(&spec);
     errors.extend(fp_errors);
     warnings.extend(fp_warnings);
+    let (cleanup_errors, cleanup_warnings) = cleanup(&spec);
+    errors.extend(cleanup_errors);
+    warnings.extend(cleanup_warnings);
     Ok(if errors.is_empty() {
         Verdict::allow(warnings)
     } else {
@@ -350,6 +417,62 @@ mod tests {
         let mut bounded = endless;
         bounded["activeDeadlineSeconds"] = json!(3600);
         assert!(with(bounded, None, false).warnings.is_empty());
+    }
+
+    /// Every combination of the runtime's `runPolicy` cleanup fields and the
+    /// template's own: refused only together, warned alone, silent without.
+    #[test]
+    fn cleanup_belongs_to_the_run_policy() {
+        let with = |run: Value, jobset_ttl: bool, job_deadline: bool| {
+            let mut node = job("node", Some("trainer"), None, &["node"]);
+            if job_deadline {
+                node["template"]["spec"]["activeDeadlineSeconds"] = json!(60);
+            }
+            let mut rt = runtime("ClusterTrainingRuntime", json!({}), vec![node]);
+            rt["spec"]["runPolicy"] = run;
+            if jobset_ttl {
+                rt["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] = json!(0);
+            }
+            review_runtime(RuntimeKind::Cluster, Operation::Create, &rt).unwrap()
+        };
+        let ttl = json!({"ttlSecondsAfterFinished": 30});
+        let deadline = json!({"activeDeadlineSeconds": 600});
+        for run in [json!({}), ttl.clone(), deadline.clone()] {
+            let v = with(run.clone(), false, false);
+            assert!(v.allowed && v.warnings.is_empty(), "{run}: {v:?}");
+        }
+        // The template's own, as upstream v2.3 admits them: allowed, with a
+        // warning naming the runPolicy field.
+        let v = with(json!({}), true, true);
+        assert!(v.allowed, "{v:?}");
+        assert_eq!(v.warnings.len(), 2, "{v:?}");
+        assert!(v.warnings[0].starts_with("spec.template.spec.ttlSecondsAfterFinished"));
+        assert!(v.warnings[0].contains("spec.runPolicy.ttlSecondsAfterFinished"));
+        assert!(v.warnings[1].starts_with(
+            "spec.template.spec.replicatedJobs[0].template.spec.activeDeadlineSeconds"
+        ));
+        // Beside the field that replaces them: refused, naming both.
+        let v = with(ttl.clone(), true, false);
+        assert!(!v.allowed);
+        assert!(
+            message(&v).contains(
+                "spec.runPolicy.ttlSecondsAfterFinished: Forbidden: cannot be combined with spec.template.spec.ttlSecondsAfterFinished"
+            ),
+            "{v:?}"
+        );
+        let v = with(deadline.clone(), false, true);
+        assert!(!v.allowed);
+        assert!(
+            message(&v).contains(
+                "spec.runPolicy.activeDeadlineSeconds: Forbidden: cannot be combined with spec.template.spec.replicatedJobs[0].template.spec.activeDeadlineSeconds"
+            ),
+            "{v:?}"
+        );
+        // Each runPolicy field refuses only its own counterpart.
+        let v = with(ttl, false, true);
+        assert!(v.allowed && v.warnings.len() == 1, "{v:?}");
+        let v = with(deadline, true, false);
+        assert!(v.allowed && v.warnings.len() == 1, "{v:?}");
     }
 
     #[test]

@@ -36,7 +36,9 @@ enum Command {
     /// publish, sign and verify it as an OCI artifact.
     #[command(subcommand)]
     Plugin(crate::cmd::plugin::PluginCommand),
-    /// Run the operator (TrainJob and ClusterTrainerPlugin controllers).
+    /// Run the operator: the TrainJob controller, cluster and tenant plugins
+    /// (ClusterTrainerPlugin, TrainerPlugin), the admission webhooks and the
+    /// TrainJob status server.
     Operator(Box<crate::cmd::operator::OperatorArgs>),
 }
 

@@ -203,9 +203,24 @@ pub fn push(a: &PushArgs) -> Result<(), CliError> {
     let key = key.as_deref().map(SigningKey::from_pem).transpose()?;
     let (registry, auth) = a.registry.client(reference)?;
     tokio()?.block_on(async {
+        let started = std::time::Instant::now();
+        eprintln!(
+            "pushing {} ({}) to {}…",
+            a.file.display(),
+            human_bytes(component.len()),
+            a.reference
+        );
         let pulled = registry.push(reference, &component, &auth).await?;
+        eprintln!(
+            "pushed manifest {} in {:.1}s",
+            pulled.manifest_digest,
+            started.elapsed().as_secs_f64()
+        );
         if let Some(key) = &key {
+            let started = std::time::Instant::now();
+            eprintln!("signing {}…", pulled.manifest_digest);
             sign_pulled(&registry, &pulled, key, &auth).await?;
+            eprintln!("signed in {:.1}s", started.elapsed().as_secs_f64());
         }
         eprintln!("component sha256 {}", crate::plugin::sha256_hex(&component));
         println!("oci://{}", pulled.pinned);
@@ -218,7 +233,15 @@ pub fn pull(a: &PullArgs) -> Result<(), CliError> {
     let reference = oci_reference(&a.reference)
         .ok_or_else(|| CliError::Usage(format!("{:?}: expected oci://…", a.reference)))?;
     let (registry, auth) = a.registry.client(reference)?;
+    let started = std::time::Instant::now();
+    eprintln!("pulling {}…", a.reference);
     let pulled = tokio()?.block_on(registry.pull(reference, &auth, MAX_COMPONENT_BYTES))?;
+    eprintln!(
+        "pulled {} (manifest {}) in {:.1}s",
+        human_bytes(pulled.bytes.len()),
+        pulled.manifest_digest,
+        started.elapsed().as_secs_f64()
+    );
     write(&a.output, &pulled.bytes, false)?;
     eprintln!(
         "component sha256 {}",
@@ -315,4 +338,41 @@ pub fn verify(a: &VerifyArgs) -> Result<(), CliError> {
     };
     println!("{what}: signed by key {signer:?}");
     Ok(())
+}
+
+/// `n` bytes as people read them (`512 B`, `3.4 MiB`), for progress lines
+/// (no size-formatting crate is in the dependency tree; this is all it needs).
+fn human_bytes(n: usize) -> String {
+    const UNITS: [&str; 3] = ["KiB", "MiB", "GiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = UNITS[0];
+    for u in &UNITS[1..] {
+        if v < 1024.0 {
+            break;
+        }
+        v /= 1024.0;
+        unit = u;
+    }
+    format!("{v:.1} {unit}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_bytes;
+
+    #[test]
+    fn sizes_read_as_people_read_them() {
+        for (n, want) in [
+            (0, "0 B"),
+            (1023, "1023 B"),
+            (1024, "1.0 KiB"),
+            (3 * 1024 * 1024 + 400 * 1024, "3.4 MiB"),
+            (5 << 30, "5.0 GiB"),
+        ] {
+            assert_eq!(human_bytes(n), want, "{n}");
+        }
+    }
 }

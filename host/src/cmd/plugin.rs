@@ -220,8 +220,11 @@ fn precompile(out: &Path) -> Result<(), Error> {
         cache_dir: Some(out.to_owned()),
         ..RuntimeConfig::default()
     })?;
-    for b in builtin::all() {
+    let all = builtin::all();
+    for (i, b) in all.iter().enumerate() {
         let started = Instant::now();
+        // Progress on stderr: a compile takes seconds to a minute.
+        eprintln!("[{}/{}] {}…", i + 1, all.len(), b.crate_name);
         let (_, outcome) = rt.load_traced(b.trusted_source())?;
         println!(
             "{}: {} in {} ms",

@@ -1081,6 +1081,42 @@ async fn runtime_cases() {
         "{:?}",
         out.warnings
     );
+    // Cleanup belongs to spec.runPolicy: the template's own JobSet TTL and
+    // Job deadline are refused beside it, admitted with a warning alone (as
+    // upstream v2.3 admits them).
+    let mut own = tr("own-cleanup", json!({"torch": {}}));
+    own["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] = json!(0);
+    own["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["activeDeadlineSeconds"] =
+        json!(60);
+    let out = create(&client, &own, false).await;
+    assert!(out.ok(), "{out:?}");
+    for field in [
+        "spec.template.spec.ttlSecondsAfterFinished",
+        "spec.template.spec.replicatedJobs[0].template.spec.activeDeadlineSeconds",
+    ] {
+        assert!(
+            out.warnings.iter().any(|w| w.starts_with(field)),
+            "{field}: {:?}",
+            out.warnings
+        );
+    }
+    let mut both = own.clone();
+    both["metadata"]["name"] = json!("both-cleanups");
+    both["spec"]["runPolicy"] =
+        json!({"ttlSecondsAfterFinished": 30, "activeDeadlineSeconds": 600});
+    check(
+        "runPolicy beside the template's own cleanup",
+        &create(&client, &both, false).await,
+        &Want::Refused(
+            403,
+            &[
+                "spec.runPolicy.ttlSecondsAfterFinished: Forbidden: cannot be combined with spec.template.spec.ttlSecondsAfterFinished",
+                "spec.runPolicy.activeDeadlineSeconds: Forbidden: cannot be combined with spec.template.spec.replicatedJobs[0].template.spec.activeDeadlineSeconds",
+            ],
+        ),
+    )
+    .unwrap();
+
     // TrainingRuntime: UPDATE is not validated; ClusterTrainingRuntime: it is.
     let stored = create(&client, &tr("upd", json!({"torch": {}})), false).await;
     let mut bad = stored.object.clone();
