@@ -60,6 +60,7 @@ fn spec_error(e: &SpecError) -> FieldError {
     let field = match e {
         SpecError::Timeout(_) => "spec.limits.timeout",
         SpecError::Memory(_) => "spec.limits.memory",
+        SpecError::Concurrency(_) => "spec.limits.concurrency",
         SpecError::Config(_) => "spec.config",
     };
     FieldError::invalid(field, e.to_string())

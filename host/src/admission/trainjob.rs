@@ -86,6 +86,7 @@ pub fn plugin_name(e: &plugin::Error) -> Option<&str> {
     match e {
         E::Timeout { plugin, .. }
         | E::Budget { plugin, .. }
+        | E::Busy { plugin, .. }
         | E::MemoryLimit { plugin, .. }
         | E::Trap { plugin, .. }
         | E::InvalidOutput { plugin, .. }

@@ -70,6 +70,62 @@ pub(crate) struct Inner {
     /// The name the call observer sees: the plugin's name, or
     /// `<namespace>/<name>` for a tenant plugin.
     pub(crate) observed_name: String,
+    /// Its calls at once in reconcile passes (`limits.concurrency`), shared
+    /// by every clone: every TrainJob's pass takes its slots here.
+    pub(crate) slots: Option<Slots>,
+}
+
+/// The bound on one plugin's calls at once (`limits.concurrency`). Rule: a
+/// reconcile pass's call (an enforce phase or `build`) takes a slot before
+/// it runs and gives it back when it ends; one that finds none free within
+/// the plugin's call deadline fails [`Error::Busy`] without running (its
+/// TrainJob backs off and its reconcile turn goes to another). Waiting is
+/// not the plugin's time: it is charged to no pass budget. Calls run on
+/// blocking threads (`spawn_blocking`), so the wait blocks only its own.
+pub(crate) struct Slots {
+    max: u16,
+    taken: std::sync::Mutex<u16>,
+    freed: std::sync::Condvar,
+}
+
+/// A taken slot, given back when dropped.
+struct Slot<'a>(&'a Slots);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut taken = self.0.taken.lock().unwrap_or_else(|p| p.into_inner());
+        *taken = taken.saturating_sub(1);
+        self.0.freed.notify_one();
+    }
+}
+
+impl Slots {
+    pub(crate) fn new(max: std::num::NonZeroU16) -> Self {
+        Slots {
+            max: max.get(),
+            taken: std::sync::Mutex::new(0),
+            freed: std::sync::Condvar::new(),
+        }
+    }
+
+    /// A slot, waiting at most `wait` for one; `None` if none came free.
+    fn take(&self, wait: Duration) -> Option<Slot<'_>> {
+        let deadline = Instant::now() + wait;
+        let mut taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
+        while *taken >= self.max {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            taken = self
+                .freed
+                .wait_timeout(taken, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        *taken += 1;
+        Some(Slot(self))
+    }
 }
 
 /// What every call of one plugin needs: engine, its epoch ticker (kept
@@ -360,7 +416,8 @@ impl LoadedPlugin {
     /// [`LoadedPlugin::call`] with an optional cap on the call's time: the
     /// call's deadline is the smaller of the plugin's own time limit, `cap`
     /// and what remains of `budget` (neither lengthens a call); the time
-    /// spent in the guest is charged to `budget`.
+    /// spent in the guest is charged to `budget`. A call with a budget is a
+    /// reconcile pass's: it takes one of the plugin's [`Slots`] first.
     fn call_within<R, T>(
         &self,
         phase: &str,
@@ -379,6 +436,30 @@ impl LoadedPlugin {
             (c, b) => c.or(b.map(GuestBudget::remaining)),
         };
         let timeout = effective_timeout(i.env.ctx.limits.timeout, cap);
+        let _slot = match (&i.slots, budget) {
+            (Some(slots), Some(_)) => match slots.take(i.env.ctx.limits.timeout) {
+                Some(slot) => Some(slot),
+                None => {
+                    let e = Error::Busy {
+                        plugin: i.descriptor.name.clone(),
+                        phase: phase.to_owned(),
+                        concurrency: slots.max,
+                        waited_ms: u64::try_from(i.env.ctx.limits.timeout.as_millis())
+                            .unwrap_or(u64::MAX),
+                    };
+                    tracing::warn!(reason = e.reason(), error = %e, "plugin call not started");
+                    i.env.observer.notify(
+                        &i.observed_name,
+                        phase,
+                        start.elapsed(),
+                        Some(e.reason()),
+                        0,
+                    );
+                    return Err(e);
+                }
+            },
+            _ => None,
+        };
         let (r, high_water, in_guest) = with_instance(&i.env, phase, scope, timeout, f);
         if let Some(b) = budget {
             b.charge(in_guest);
@@ -683,5 +764,34 @@ fn validation_from_wit(v: wit::Validation) -> Validation {
                 detail: m(e.detail),
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The slots rule: at most `max` taken; a taker waits at most its time
+    /// for one, and gets the one a holder gives back.
+    #[test]
+    fn slots_bound_calls_at_once_and_wait_only_so_long() {
+        let slots = Arc::new(Slots::new(std::num::NonZeroU16::new(2).unwrap()));
+        let a = slots.take(Duration::ZERO).unwrap();
+        let _b = slots.take(Duration::ZERO).unwrap();
+        let started = Instant::now();
+        assert!(slots.take(Duration::from_millis(50)).is_none());
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        // A slot given back while another waits goes to the waiter.
+        let waiter = {
+            let slots = slots.clone();
+            std::thread::spawn(move || slots.take(Duration::from_secs(10)).is_some())
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        drop(a);
+        assert!(waiter.join().unwrap());
+        // The waiter's slot went back when its thread ended.
+        assert!(slots.take(Duration::ZERO).is_some());
     }
 }

@@ -28,6 +28,10 @@ pub struct Limits {
     pub max_stderr_bytes: usize,
     /// Bytes `random-bytes` may hand out per call.
     pub max_random_bytes: usize,
+    /// Calls of one plugin at once in reconcile passes (`None`: no bound of
+    /// its own): a reconcile pass's call that waits longer than
+    /// `timeout` for one fails [`Error::Busy`](super::Error::Busy).
+    pub concurrency: Option<std::num::NonZeroU16>,
 }
 
 impl Default for Limits {
@@ -39,6 +43,7 @@ impl Default for Limits {
             max_log_bytes: 256 << 10,
             max_stderr_bytes: 64 << 10,
             max_random_bytes: 64 << 10,
+            concurrency: None,
         }
     }
 }

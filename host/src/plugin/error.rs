@@ -32,6 +32,21 @@ pub enum Error {
         /// The pass's budget.
         budget_ms: u64,
     },
+    /// The plugin's `limits.concurrency` calls were all running and none
+    /// ended within its call deadline: this one did not start.
+    #[error(
+        "plugin {plugin}: Busy: {phase} did not start: its {concurrency} calls at once (limits.concurrency) were all running for {waited_ms} ms"
+    )]
+    Busy {
+        /// Plugin name.
+        plugin: String,
+        /// Phase to call.
+        phase: String,
+        /// The bound.
+        concurrency: u16,
+        /// How long the call waited.
+        waited_ms: u64,
+    },
     /// The guest tried to grow memory (or tables) past its cap.
     #[error("plugin {plugin}: MemoryLimit: {phase} exceeded the {limit_bytes}-byte memory cap")]
     MemoryLimit {
@@ -171,6 +186,7 @@ impl Error {
         match self {
             Error::Timeout { .. } => "Timeout",
             Error::Budget { .. } => "BudgetExceeded",
+            Error::Busy { .. } => "Busy",
             Error::MemoryLimit { .. } => "MemoryLimit",
             Error::Trap { .. } => "Trap",
             Error::InvalidOutput { .. } => "InvalidOutput",

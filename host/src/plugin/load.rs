@@ -375,6 +375,7 @@ impl PluginRuntime {
                     Some(ns) => format!("{ns}/{}", descriptor.name),
                     None => descriptor.name.clone(),
                 },
+                slots: limits.concurrency.map(super::call::Slots::new),
                 descriptor,
             }),
         })

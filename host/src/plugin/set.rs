@@ -282,7 +282,9 @@ fn within_total(
 /// Apply `p`'s failure policy to `r`: `Ignore` turns an error into a
 /// logged warning (and `None`), `Fail` returns it. A pass over its budget
 /// fails whatever the policy: the time is the TrainJob's, not the
-/// plugin's.
+/// plugin's; so does a call that found the plugin busy (ignoring it would
+/// build the TrainJob without the plugin's changes only because others ran
+/// at the same time).
 fn per_policy<T>(
     p: &LoadedPlugin,
     phase: Phase,
@@ -291,7 +293,7 @@ fn per_policy<T>(
 ) -> Result<Option<T>, Error> {
     match r {
         Ok(v) => Ok(Some(v)),
-        Err(e @ Error::Budget { .. }) => Err(e),
+        Err(e @ (Error::Budget { .. } | Error::Busy { .. })) => Err(e),
         Err(e) if p.failure_policy() == FailurePolicy::Ignore => {
             let w = ignored_warning(p.name(), phase.as_str(), &e);
             tracing::warn!(plugin = %p.name(), phase = %phase, reason = e.reason(), error = %e, "plugin failure ignored (failurePolicy Ignore)");

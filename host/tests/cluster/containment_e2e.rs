@@ -836,6 +836,61 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
     for name in ["spin-a", "spin-b"] {
         uninstall(&fx, name).await;
     }
+    // One plugin's calls at once (`limits.concurrency: 1`): TrainJobs whose
+    // passes each spend 1.5 s in it run through it one at a time; a pass
+    // that waits longer than the plugin's deadline for the slot fails
+    // `Busy` without running, whatever the failure policy, and backs off;
+    // every TrainJob is built in the end.
+    install(
+        &fx,
+        "spin-one",
+        &hostile_declaring(&json!({"name": "spin-one", "phases": ["enforce-ml-policy"]})),
+        json!({"limits": {"timeout": "1500ms", "concurrency": 1}, "failurePolicy": "Ignore"}),
+    )
+    .await;
+    wait_ctp(&fx, "spin-one", true).await;
+    const SERIAL: usize = 4;
+    let serial = fx.env.create_namespace("serial").await.unwrap();
+    let started = Instant::now();
+    futures::future::join_all((0..SERIAL).map(|i| {
+        let tj = attacked(
+            &serial,
+            &format!("one-{i}"),
+            "spin-one",
+            json!({"attack": "loop-enforce"}),
+        );
+        let client = fx.client.clone();
+        async move { apply(&client, &tj).await }
+    }))
+    .await;
+    let busy = eventually(
+        "a Busy Warning on one of the TrainJobs",
+        TIMEOUT,
+        || async {
+            for i in 0..SERIAL {
+                let name = format!("one-{i}");
+                if let Some(n) = warnings(&fx.client, &serial, &name)
+                    .await
+                    .into_iter()
+                    .find(|n| n.contains("spin-one") && n.contains("Busy"))
+                {
+                    return Some(n);
+                }
+            }
+            None
+        },
+    )
+    .await;
+    assert!(busy.contains("1 calls at once"), "{busy}");
+    eventually("every JobSet of the serial namespace", TIMEOUT, || async {
+        (list_all(&fx, JOBSET, "JobSet", &serial).await.len() == SERIAL).then_some(())
+    })
+    .await;
+    step(&format!(
+        "one call at a time: {SERIAL} TrainJobs spending 1.5 s each in one plugin built in {:.1}s",
+        started.elapsed().as_secs_f64()
+    ));
+    uninstall(&fx, "spin-one").await;
     // Bytes a minute per namespace: a plugin chosen by the TrainJobs' own
     // annotation emits six ConfigMaps of 900 kB for each (every bound of a
     // call and of a TrainJob holds); the namespace writes its 8 MiB of the

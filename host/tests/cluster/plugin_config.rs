@@ -282,6 +282,16 @@ async fn crd_rules_reject_bad_specs() {
             cel::MEMORY_RANGE.message,
         ),
         (
+            "no calls at once",
+            json!({"source": {"builtin": "torch"}, "limits": {"concurrency": 0}}),
+            "should be greater than or equal to 1",
+        ),
+        (
+            "65 calls at once",
+            json!({"source": {"builtin": "torch"}, "limits": {"concurrency": 65}}),
+            "should be less than or equal to 64",
+        ),
+        (
             "unknown phase",
             json!({"source": {"builtin": "torch"}, "phases": ["compile"]}),
             "Unsupported value: \"compile\"",

@@ -1147,6 +1147,64 @@ fn a_pass_has_one_time_budget_across_plugins_and_phases() {
     pipeline(vec![spinner("spin-a")]).unwrap();
 }
 
+/// `limits.concurrency` bounds one plugin's calls at once across every
+/// TrainJob's pass: with 1, three passes of a plugin spinning to its
+/// 800 ms deadline, started 0, 300 and 400 ms apart, run one after the
+/// other: the second waits for the first and runs, the third finds the
+/// second still running when its own wait (the call deadline) is over and
+/// fails `Busy` without running, whatever the plugin's failure policy.
+/// Without the bound the three run side by side.
+#[test]
+fn a_plugins_calls_at_once_are_bounded_across_trainjobs() {
+    let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
+    let spinner = |concurrency: Option<u16>| {
+        let mut src = source(
+            Some(json!({"name": "spin-shared", "phases": ["enforce-ml-policy"]})),
+            json!({"attack": "loop-enforce"}),
+        );
+        src.failure_policy = FailurePolicy::Ignore;
+        src.limits = Some(Limits {
+            timeout: Duration::from_millis(800),
+            concurrency: concurrency.and_then(std::num::NonZeroU16::new),
+            ..Limits::default()
+        });
+        rt.load(src).unwrap()
+    };
+    let three_passes = |p: LoadedPlugin| {
+        let start = Instant::now();
+        let passes: Vec<_> = [0u64, 300, 400]
+            .into_iter()
+            .map(|at| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(at));
+                    pipeline(vec![p])
+                })
+            })
+            .collect();
+        let results: Vec<_> = passes.into_iter().map(|h| h.join().unwrap()).collect();
+        (results, start.elapsed())
+    };
+
+    let (results, took) = three_passes(spinner(Some(1)));
+    assert!(results[0].is_ok(), "{:?}", results[0].as_ref().err());
+    assert!(results[1].is_ok(), "{:?}", results[1].as_ref().err());
+    let e = results[2].as_ref().unwrap_err();
+    assert_eq!(e.reason(), "Busy", "{e}");
+    assert!(
+        e.to_string().contains("spin-shared") && e.to_string().contains("1 calls at once"),
+        "{e}"
+    );
+    assert!(
+        took >= Duration::from_millis(1500),
+        "one after the other: {took:?}"
+    );
+
+    let (results, took) = three_passes(spinner(None));
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert!(took < Duration::from_millis(1500), "side by side: {took:?}");
+}
+
 /// Every call's output is bounded; a TrainJob's objects are bounded across
 /// its plugins too: the plugin whose objects pass the total is refused
 /// (its own failure, under its own policy), whatever came before it.

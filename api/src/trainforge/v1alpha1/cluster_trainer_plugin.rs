@@ -234,6 +234,17 @@ pub struct PluginLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("maxLength" = 32, "x-kubernetes-validations" = [cel::MEMORY_RANGE]))]
     pub memory: Option<IntOrString>,
+
+    /// Calls of this plugin running at once in the operator's reconcile
+    /// passes, across every TrainJob (1 to 64; unset: no bound of its own,
+    /// the operator's `--concurrency` bounds them). A pass that waits
+    /// longer than the plugin's call deadline for one fails `Busy`, and its
+    /// TrainJob backs off, leaving its turn to TrainJobs this plugin does
+    /// not serve. Admission calls are bounded by the admission budget
+    /// instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub concurrency: Option<i32>,
 }
 
 /// Host capabilities and pod privileges granted to a plugin.

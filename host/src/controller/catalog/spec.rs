@@ -28,6 +28,9 @@ pub enum SpecError {
         "limits.timeout {0:?}: expected milliseconds (10 to 30000) or a duration such as 500ms or 2s (10ms to 30s)"
     )]
     Timeout(String),
+    /// `limits.concurrency` is not in range.
+    #[error("limits.concurrency {0}: expected 1 to 64 calls at once")]
+    Concurrency(i32),
     /// `limits.memory` is not a size in range.
     #[error(
         "limits.memory {0:?}: expected MiB (1 to 1024) or a quantity such as 128Mi (at most 1Gi)"
@@ -99,6 +102,18 @@ pub fn parse_memory(v: &IntOrString) -> Result<usize, SpecError> {
     }
 }
 
+/// The largest `limits.concurrency`.
+pub const MAX_CONCURRENCY: u16 = 64;
+
+/// Parse `limits.concurrency`: 1 to [`MAX_CONCURRENCY`].
+pub fn parse_concurrency(n: i32) -> Result<std::num::NonZeroU16, SpecError> {
+    u16::try_from(n)
+        .ok()
+        .filter(|n| *n <= MAX_CONCURRENCY)
+        .and_then(std::num::NonZeroU16::new)
+        .ok_or(SpecError::Concurrency(n))
+}
+
 /// Read the run options from a spec; `defaults` are the runtime's limits
 /// (fields the spec leaves out keep them).
 pub fn options(
@@ -114,6 +129,9 @@ pub fn options(
             }
             if let Some(m) = &l.memory {
                 out.memory_bytes = parse_memory(m)?;
+            }
+            if let Some(c) = l.concurrency {
+                out.concurrency = Some(parse_concurrency(c)?);
             }
             Some(out)
         }
@@ -238,7 +256,7 @@ mod tests {
             "order": 40,
             "phases": ["build", "enforce-ml-policy"],
             "failurePolicy": "Ignore",
-            "limits": {"timeout": "2s", "memory": "128Mi"},
+            "limits": {"timeout": "2s", "memory": "128Mi", "concurrency": 3},
             "allowedKinds": [{"apiVersion": "v1", "kind": "Secret"}],
             "grants": {"random": true},
             "config": {"greeting": "servus", "n": 2},
@@ -260,7 +278,16 @@ mod tests {
         let limits = o.limits.unwrap();
         assert_eq!(limits.timeout, Duration::from_secs(2));
         assert_eq!(limits.memory_bytes, 128 << 20);
+        assert_eq!(limits.concurrency.map(std::num::NonZeroU16::get), Some(3));
         assert_eq!(limits.max_output_bytes, defaults.max_output_bytes);
+        // Out of range (the CRD's schema refuses it first).
+        for n in [0, -1, 65] {
+            assert!(
+                matches!(parse_concurrency(n), Err(SpecError::Concurrency(m)) if m == n),
+                "{n}"
+            );
+        }
+        assert_eq!(parse_concurrency(64).unwrap().get(), 64);
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(&o.config).unwrap()["greeting"],
             "servus"
@@ -280,6 +307,7 @@ mod tests {
             limits: Some(PluginLimits {
                 timeout: Some(IntOrString::String("forever".into())),
                 memory: None,
+                concurrency: None,
             }),
             ..Default::default()
         };
