@@ -452,22 +452,23 @@ mod tests {
             "spec.template.spec.replicatedJobs[0].template.spec.activeDeadlineSeconds"
         ));
         // Beside the field that replaces them: refused, naming both.
-        let v = with(ttl.clone(), true, false);
-        assert!(!v.allowed);
-        assert!(
-            message(&v).contains(
-                "spec.runPolicy.ttlSecondsAfterFinished: Forbidden: cannot be combined with spec.template.spec.ttlSecondsAfterFinished"
+        for (run, jobset_ttl, job_deadline, words) in [
+            (
+                ttl.clone(),
+                true,
+                false,
+                "spec.runPolicy.ttlSecondsAfterFinished: Forbidden: cannot be combined with spec.template.spec.ttlSecondsAfterFinished",
             ),
-            "{v:?}"
-        );
-        let v = with(deadline.clone(), false, true);
-        assert!(!v.allowed);
-        assert!(
-            message(&v).contains(
-                "spec.runPolicy.activeDeadlineSeconds: Forbidden: cannot be combined with spec.template.spec.replicatedJobs[0].template.spec.activeDeadlineSeconds"
+            (
+                deadline.clone(),
+                false,
+                true,
+                "spec.runPolicy.activeDeadlineSeconds: Forbidden: cannot be combined with spec.template.spec.replicatedJobs[0].template.spec.activeDeadlineSeconds",
             ),
-            "{v:?}"
-        );
+        ] {
+            let v = with(run, jobset_ttl, job_deadline);
+            assert!(!v.allowed && message(&v).contains(words), "{v:?}");
+        }
         // Each runPolicy field refuses only its own counterpart.
         let v = with(ttl, false, true);
         assert!(v.allowed && v.warnings.len() == 1, "{v:?}");

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use trainforge_api::plugin::{Info, KindRef, Phase};
 
+use crate::pipeline::features::Features;
 use crate::pipeline::input::{InputError, plugin_inputs};
 use crate::pipeline::sample;
 
@@ -81,6 +82,11 @@ pub enum PluginCommand {
         /// `namespaceSelector` is not checked offline.
         #[arg(long, requires = "trainer_plugin")]
         policy: Option<PathBuf>,
+        /// Upstream's feature gates, `Name=true,…`, as the operator's
+        /// `--feature-gates` (each off by default): what the plugin sees of
+        /// the TrainJob and runtime follows them.
+        #[arg(long, default_value = "")]
+        feature_gates: Features,
     },
     /// Measure load time and per-phase call latency (fresh store per call).
     Bench {
@@ -98,6 +104,9 @@ pub enum PluginCommand {
         /// Plugin configuration (JSON).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Upstream's feature gates, as `run`'s.
+        #[arg(long, default_value = "")]
+        feature_gates: Features,
     },
     /// Compile every builtin plugin for this binary's wasmtime
     /// configuration into `out`, to ship beside the binary: the operator
@@ -333,12 +342,17 @@ pub fn read_policy(
 
 /// The TrainJob in `trainjob` as the operator stores it and the runtime info
 /// the operator builds for it on the runtime in `runtime`.
-fn operator_inputs(trainjob: &Path, runtime: &Path) -> Result<(Value, Info), Error> {
+fn operator_inputs(
+    trainjob: &Path,
+    runtime: &Path,
+    features: Features,
+) -> Result<(Value, Info), Error> {
     let origin = |p: &Path| p.display().to_string();
     Ok(plugin_inputs(
         (&origin(trainjob), read_doc(trainjob)?),
         (&origin(runtime), read_doc(runtime)?),
         DEFAULT_NAMESPACE,
+        features,
     )?)
 }
 
@@ -397,13 +411,14 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
             allowed_reads,
             trainer_plugin,
             policy,
+            feature_gates,
         } => {
             if let Some(tp) = trainer_plugin {
                 let mut store = StaticObjects::default();
                 for o in &objects {
                     store.insert(&read_doc(o)?);
                 }
-                let (trainjob, info) = operator_inputs(&trainjob, &runtime)?;
+                let (trainjob, info) = operator_inputs(&trainjob, &runtime, feature_gates)?;
                 let p = load_tenant(&rt, &file, &tp, policy.as_deref(), &trainjob, store)?;
                 return print_json(&dry_run(&p, &trainjob, &info)?);
             }
@@ -423,7 +438,7 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
             }
             src.grants = g;
             let p = rt.load(src)?;
-            let (trainjob, info) = operator_inputs(&trainjob, &runtime)?;
+            let (trainjob, info) = operator_inputs(&trainjob, &runtime, feature_gates)?;
             print_json(&dry_run(&p, &trainjob, &info)?)
         }
         PluginCommand::Bench {
@@ -432,10 +447,11 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
             trainjob,
             runtime,
             config,
+            feature_gates,
         } => {
             let src = load(&rt, &file, config.as_deref())?;
             let (trainjob, info) = match (trainjob, runtime) {
-                (Some(t), Some(r)) => operator_inputs(&t, &r)?,
+                (Some(t), Some(r)) => operator_inputs(&t, &r, feature_gates)?,
                 _ => sample::inputs(&[])?,
             };
             bench(&rt, src, &trainjob, &info, iterations.max(1))

@@ -141,12 +141,15 @@ impl Input {
 
     /// The runtime info the operator hands to the first plugin phase for
     /// `job` (its runtime must be in the input): the operator's own builder,
-    /// [`runtime_info_for`].
+    /// [`runtime_info_for`], on the TrainJob and runtime as the plugins see
+    /// them under [`Input::features`].
     pub fn info_for(&self, job: &TrainJob) -> Result<Info, InputError> {
-        let runtime = self.runtime_for(job)?;
-        runtime_info_for(job, runtime.spec()).map_err(|source| InputError::Info {
-            trainjob: job.metadata.name.clone().unwrap_or_default(),
-            source: Box::new(source),
+        let runtime = self.runtime_for(job)?.visible(self.features);
+        runtime_info_for(&self.features.visible_job(job), runtime.spec()).map_err(|source| {
+            InputError::Info {
+                trainjob: job.metadata.name.clone().unwrap_or_default(),
+                source: Box::new(source),
+            }
         })
     }
 
@@ -197,20 +200,23 @@ fn set_placeholder_uid(doc: &mut Value) {
 /// defaults, `namespace` when it has none, a placeholder uid) as JSON, and
 /// the runtime info the operator builds for it ([`Input::info_for`]).
 /// `trainforge plugin run` and `bench` use it, so a plugin author's dry run
-/// sees what the operator's plugins see.
+/// sees what the operator's plugins see under the same `features`.
 pub fn plugin_inputs(
     trainjob: (&str, Value),
     runtime: (&str, Value),
     namespace: &str,
+    features: super::features::Features,
 ) -> Result<(Value, Info), InputError> {
     let mut input = Input::new()?;
+    input.features = features;
     input.add_document(trainjob.0, trainjob.1, namespace)?;
     input.add_document(runtime.0, runtime.1, namespace)?;
     let job = input.trainjobs.first().ok_or(InputError::NoTrainJob)?;
     let info = input.info_for(job)?;
-    let json = serde_json::to_value(job).map_err(|e| InputError::Serialize {
-        trainjob: job.metadata.name.clone().unwrap_or_default(),
-        reason: e.to_string(),
-    })?;
+    let json =
+        serde_json::to_value(&*features.visible_job(job)).map_err(|e| InputError::Serialize {
+            trainjob: job.metadata.name.clone().unwrap_or_default(),
+            reason: e.to_string(),
+        })?;
     Ok((json, info))
 }

@@ -69,5 +69,6 @@ pub fn inputs(policies: &[&str]) -> Result<(Value, Info), InputError> {
         ("sample TrainJob", trainjob()),
         ("sample runtime", runtime(4, policies)),
         "bench",
+        crate::pipeline::features::Features::default(),
     )
 }

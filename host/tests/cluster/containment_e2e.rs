@@ -209,6 +209,22 @@ async fn owned_objects(fx: &Fx, ns: &str) -> Vec<String> {
     out
 }
 
+/// Create `n` TrainJobs `<prefix>-<i>` in `ns` at once, each asking the
+/// hostile plugin `plugin` to spin in `enforce-ml-policy`.
+async fn spinning_trainjobs(fx: &Fx, ns: &str, prefix: &str, plugin: &str, n: usize) {
+    futures::future::join_all((0..n).map(|i| {
+        let tj = attacked(
+            ns,
+            &format!("{prefix}-{i}"),
+            plugin,
+            json!({"attack": "loop-enforce"}),
+        );
+        let client = fx.client.clone();
+        async move { apply(&client, &tj).await }
+    }))
+    .await;
+}
+
 async fn list_all(fx: &Fx, api_version: &str, kind: &str, ns: &str) -> Vec<Value> {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
@@ -791,17 +807,7 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
     // round-robin across namespaces: it waits one pass at most.
     const HOGS: usize = 40;
     let hogs = fx.env.create_namespace("hogs").await.unwrap();
-    futures::future::join_all((0..HOGS).map(|i| {
-        let tj = attacked(
-            &hogs,
-            &format!("hog-{i}"),
-            "spin-a",
-            json!({"attack": "loop-enforce"}),
-        );
-        let client = fx.client.clone();
-        async move { apply(&client, &tj).await }
-    }))
-    .await;
+    spinning_trainjobs(&fx, &hogs, "hog", "spin-a", HOGS).await;
     let quiet = fx.env.create_namespace("quiet").await.unwrap();
     let started = Instant::now();
     apply(
@@ -852,17 +858,7 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
     const SERIAL: usize = 4;
     let serial = fx.env.create_namespace("serial").await.unwrap();
     let started = Instant::now();
-    futures::future::join_all((0..SERIAL).map(|i| {
-        let tj = attacked(
-            &serial,
-            &format!("one-{i}"),
-            "spin-one",
-            json!({"attack": "loop-enforce"}),
-        );
-        let client = fx.client.clone();
-        async move { apply(&client, &tj).await }
-    }))
-    .await;
+    spinning_trainjobs(&fx, &serial, "one", "spin-one", SERIAL).await;
     let busy = eventually(
         "a Busy Warning on one of the TrainJobs",
         TIMEOUT,

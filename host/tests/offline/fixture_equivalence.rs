@@ -57,8 +57,13 @@ fn trainjob() -> Value {
 
 #[test]
 fn fixture_info_equals_the_operators() {
-    let (_, operator) =
-        plugin_inputs(("trainjob", trainjob()), ("runtime", runtime()), "default").unwrap();
+    let (_, operator) = plugin_inputs(
+        ("trainjob", trainjob()),
+        ("runtime", runtime()),
+        "default",
+        Default::default(),
+    )
+    .unwrap();
     let fixture = RuntimeFixture::new(runtime())
         .info_for(&trainjob())
         .unwrap();

@@ -79,6 +79,44 @@ fn run_prints_objects_info_and_validation() {
     assert!(v["status"].is_null());
 }
 
+/// `plugin run` shows the plugin what the operator's plugins see under the
+/// same `--feature-gates`: the TrainJob's and the runtime's failure policy
+/// only with `TrainJobFailurePolicy=true` (off by default, as upstream's).
+#[test]
+fn run_follows_the_feature_gates() {
+    let golden =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/failure-policy");
+    let run = |gates: &[&str]| {
+        let mut args = vec![
+            "plugin",
+            "run",
+            minimal_wasm().to_str().unwrap(),
+            "--trainjob",
+            golden.join("trainjob.yaml").to_str().unwrap(),
+            "--runtime",
+            golden.join("runtime.yaml").to_str().unwrap(),
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+        args.extend(gates.iter().map(|g| (*g).to_owned()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (ok, out, err) = trainforge(&args);
+        assert!(ok, "{err}");
+        serde_json::from_str::<Value>(&out).unwrap()
+    };
+    let on = run(&["--feature-gates", "TrainJobFailurePolicy=true"]);
+    assert_eq!(
+        on["trainjob"]["spec"]["failurePolicy"]["maxRestarts"], 1,
+        "{on}"
+    );
+    let off = run(&[]);
+    assert!(
+        off["trainjob"]["spec"].get("failurePolicy").is_none(),
+        "{off}"
+    );
+}
+
 #[test]
 fn run_reports_hostile_plugin_reason() {
     let dir = tempfile::tempdir().unwrap();
