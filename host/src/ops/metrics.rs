@@ -866,4 +866,75 @@ mod tests {
             Some(0.0)
         );
     }
+
+    /// Every family, with one sample each (prometheus-client leaves out
+    /// families without samples).
+    fn with_every_family() -> Metrics {
+        let m = Metrics::new();
+        m.set_remembered(1);
+        m.reconcile_done("trainjob", Duration::from_millis(1), Err("Build"));
+        m.reconcile_done("trainjob", Duration::from_millis(1), Ok(()));
+        m.api_write("apply", "JobSet");
+        m.status_server_answered(200);
+        m.apply_error("JobSet");
+        m.noop_resync();
+        m.render_reused();
+        m.swap_trainjobs(1);
+        m.swap_rerendered();
+        m.swap_remaining(1);
+        m.reconciles_waiting(1);
+        m.jobset_ready(Duration::from_secs(1));
+        m.plugin_call("torch", "build", Duration::from_micros(1), Some("Trap"), 1);
+        m.plugin_call(
+            "team/env",
+            "build",
+            Duration::from_micros(1),
+            Some("Busy"),
+            1,
+        );
+        m.admission_done("trainjob", "CREATE", "allowed", Duration::from_millis(1));
+        m.admission_plugin_call("torch", "failed", Some("Timeout"), Duration::from_millis(1));
+        m
+    }
+
+    /// The shipped Grafana dashboard (`manifests/monitoring`) graphs only
+    /// families the operator exports: every `trainforge_…` series in a
+    /// panel's expression (less a histogram's `_bucket`/`_count`/`_sum`) is
+    /// declared in the scrape, and every panel has a query.
+    #[test]
+    fn the_dashboard_graphs_only_exported_families() {
+        let dashboard: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../manifests/monitoring/grafana-dashboard.json"
+        ))
+        .unwrap();
+        let text = with_every_family().encode();
+        let panels = dashboard["panels"].as_array().unwrap();
+        let mut graphed = 0;
+        for panel in panels.iter().filter(|p| p["type"] != "row") {
+            let targets = panel["targets"].as_array().unwrap();
+            assert!(!targets.is_empty(), "{} has no query", panel["title"]);
+            for expr in targets.iter().map(|t| t["expr"].as_str().unwrap()) {
+                let mut rest = expr;
+                while let Some(at) = rest.find("trainforge_") {
+                    let name: String = rest[at..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                        .collect();
+                    rest = &rest[at + name.len()..];
+                    let family = ["_bucket", "_count", "_sum", "_total"]
+                        .iter()
+                        .fold(name.as_str(), |n, s| n.strip_suffix(s).unwrap_or(n));
+                    assert!(
+                        text.contains(&format!("# TYPE {family} ")),
+                        "{:?} graphs {name}, which the operator does not export",
+                        panel["title"]
+                    );
+                    graphed += 1;
+                }
+            }
+        }
+        assert!(graphed >= 15, "only {graphed} series graphed");
+        // The check itself finds a family that does not exist.
+        assert!(!text.contains("# TYPE trainforge_no_such_family "));
+    }
 }

@@ -875,6 +875,76 @@ fn cert_manager_component_renders() {
     );
 }
 
+/// The optional monitoring kustomization (`manifests/monitoring`) renders:
+/// its ServiceMonitor selects the install's metrics Service, in its
+/// namespace, by a port name the Service has, at `/metrics`; the dashboard
+/// ConfigMap carries Grafana's sidecar label and the dashboard JSON.
+#[test]
+fn monitoring_component_scrapes_the_metrics_service() {
+    let Some(kubectl) = find_kubectl() else {
+        note("SKIPPING: no kubectl to render manifests/monitoring");
+        return;
+    };
+    let out = std::process::Command::new(&kubectl)
+        .arg("kustomize")
+        .arg(manifests().join("monitoring"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let objs =
+        trainforge_testenv::manifests::parse_yaml_docs(&String::from_utf8(out.stdout).unwrap())
+            .unwrap();
+    let monitors = of_kind(&objs, "ServiceMonitor");
+    assert_eq!(monitors.len(), 1);
+    let monitor = monitors[0];
+    let install = render().unwrap();
+    let selected: Vec<&Value> = of_kind(&install, "Service")
+        .into_iter()
+        .filter(|s| {
+            monitor["spec"]["selector"]["matchLabels"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .all(|(k, v)| &s["metadata"]["labels"][k] == v)
+        })
+        .collect();
+    assert_eq!(selected.len(), 1, "the ServiceMonitor selects one Service");
+    let service = selected[0];
+    assert_eq!(service["metadata"]["name"], "trainforge-operator-metrics");
+    assert_eq!(
+        monitor["spec"]["namespaceSelector"]["matchNames"][0],
+        service["metadata"]["namespace"]
+    );
+    for endpoint in monitor["spec"]["endpoints"].as_array().unwrap() {
+        assert!(
+            service["spec"]["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == endpoint["port"]),
+            "{endpoint} names no port of the Service"
+        );
+        assert_eq!(endpoint["path"], "/metrics");
+    }
+    let dashboards = of_kind(&objs, "ConfigMap");
+    assert_eq!(dashboards.len(), 1);
+    assert_eq!(
+        dashboards[0]["metadata"]["labels"]["grafana_dashboard"],
+        "1"
+    );
+    let json: Value = serde_json::from_str(
+        dashboards[0]["data"]["trainforge-operator.json"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(json["uid"], "trainforge-operator");
+}
+
 // ---------------------------------------------------------------- API server
 
 fn env() -> Option<&'static TestEnv> {
