@@ -120,6 +120,21 @@ pub fn validate_replicated_jobs(spec: &TrainingRuntimeSpec) -> Vec<FieldError> {
     errors
 }
 
+/// The Job spec of each replicated job of the runtime's template that has
+/// one, with its index.
+fn job_specs(
+    spec: &TrainingRuntimeSpec,
+) -> impl Iterator<Item = (usize, &k8s_openapi::api::batch::v1::JobSpec)> {
+    spec.template
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicated_jobs.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, rj)| rj.template.spec.as_ref().map(|j| (i, j)))
+}
+
 /// The runtime's `runPolicy.failurePolicy` (upstream's KEP-4162) cannot be
 /// combined with a template JobSet `failurePolicy` or a Job
 /// `podFailurePolicy`; a `RestartTrainJobAndIgnoreMaxRestarts` rule without
@@ -139,14 +154,8 @@ pub fn failure_policy(spec: &TrainingRuntimeSpec) -> (Vec<FieldError>, Vec<Strin
             detail: "cannot be combined with spec.template.spec.failurePolicy".into(),
         });
     }
-    let jobs = template.and_then(|s| s.replicated_jobs.as_ref());
-    for (i, rj) in jobs.into_iter().flatten().enumerate() {
-        if rj
-            .template
-            .spec
-            .as_ref()
-            .is_some_and(|s| s.pod_failure_policy.is_some())
-        {
+    for (i, job) in job_specs(spec) {
+        if job.pod_failure_policy.is_some() {
             errors.push(FieldError {
                 error_type: FieldErrorType::Forbidden,
                 field: "spec.runPolicy.failurePolicy".into(),
@@ -202,14 +211,8 @@ pub fn cleanup(spec: &TrainingRuntimeSpec) -> (Vec<FieldError>, Vec<String>) {
             );
         }
     }
-    let jobs = template.and_then(|s| s.replicated_jobs.as_ref());
-    for (i, rj) in jobs.into_iter().flatten().enumerate() {
-        if rj
-            .template
-            .spec
-            .as_ref()
-            .is_none_or(|s| s.active_deadline_seconds.is_none())
-        {
+    for (i, job) in job_specs(spec) {
+        if job.active_deadline_seconds.is_none() {
             continue;
         }
         let field =

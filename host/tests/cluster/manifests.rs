@@ -381,25 +381,30 @@ fn find_kubectl() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// `kubectl kustomize dir` as JSON values; fails naming the directory.
+fn kustomize(kubectl: &Path, dir: &Path) -> Vec<Value> {
+    let out = std::process::Command::new(kubectl)
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{} kustomize {} failed:\n{}",
+        kubectl.display(),
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    trainforge_testenv::manifests::parse_yaml_docs(&String::from_utf8(out.stdout).unwrap()).unwrap()
+}
+
 /// `kubectl kustomize manifests` as JSON values, or `None` (skip) without kubectl.
 fn render() -> Option<Vec<Value>> {
     let Some(kubectl) = find_kubectl() else {
         note("SKIPPING: no kubectl ($KUBECTL, the testenv cache or PATH) to render manifests/");
         return None;
     };
-    let out = std::process::Command::new(&kubectl)
-        .arg("kustomize")
-        .arg(manifests())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{} kustomize manifests failed:\n{}",
-        kubectl.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let docs = trainforge_testenv::manifests::parse_yaml_docs(&text).unwrap();
+    let docs = kustomize(&kubectl, &manifests());
     note(&format!(
         "{} rendered {} objects",
         kubectl.display(),
@@ -795,19 +800,7 @@ fn cert_manager_component_renders() {
          resources:\n  - ../../manifests\ncomponents:\n  - ../../manifests/webhook/cert-manager\n",
     )
     .unwrap();
-    let out = std::process::Command::new(&kubectl)
-        .arg("kustomize")
-        .arg(&scratch)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let objs =
-        trainforge_testenv::manifests::parse_yaml_docs(&String::from_utf8(out.stdout).unwrap())
-            .unwrap();
+    let objs = kustomize(&kubectl, &scratch);
     assert_eq!(of_kind(&objs, "Issuer").len(), 1);
     let cert = of_kind(&objs, "Certificate");
     assert_eq!(cert.len(), 1);
@@ -885,19 +878,7 @@ fn monitoring_component_scrapes_the_metrics_service() {
         note("SKIPPING: no kubectl to render manifests/monitoring");
         return;
     };
-    let out = std::process::Command::new(&kubectl)
-        .arg("kustomize")
-        .arg(manifests().join("monitoring"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let objs =
-        trainforge_testenv::manifests::parse_yaml_docs(&String::from_utf8(out.stdout).unwrap())
-            .unwrap();
+    let objs = kustomize(&kubectl, &manifests().join("monitoring"));
     let monitors = of_kind(&objs, "ServiceMonitor");
     assert_eq!(monitors.len(), 1);
     let monitor = monitors[0];
