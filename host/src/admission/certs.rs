@@ -70,7 +70,7 @@ use tokio_util::sync::CancellationToken;
 use x509_parser::certificate::X509Certificate;
 use x509_parser::extensions::GeneralName;
 
-use super::tls::{self, Resolver};
+use crate::ops::tls::{self, Resolver};
 
 /// Default name of the Secret holding the webhook certificates.
 pub const DEFAULT_SECRET_NAME: &str = "trainforge-webhook-cert";

@@ -32,9 +32,8 @@
 //! time limit and what remains.
 //!
 //! - [`certs`]: the webhook CA and serving certificate (self-managed in a
-//!   Secret, or read from files), and the webhooks' `caBundle`.
-//! - [`tls`]: the HTTPS listener whose certificate is replaced without a
-//!   restart.
+//!   Secret, or read from files), and the webhooks' `caBundle`; they are
+//!   served by [`crate::ops::tls`].
 //! - [`review`]: AdmissionReview decoding, [`Verdict`], the answer.
 //! - [`serve`]: the operator's admission listener: certificates, TLS, the
 //!   router over the operator's plugins and runtimes.
@@ -49,7 +48,6 @@ pub mod review;
 pub mod router;
 pub mod runtimes;
 pub mod serve;
-pub mod tls;
 pub mod trainjob;
 
 #[cfg(test)]

@@ -29,9 +29,10 @@ use tracing::{info, warn};
 use crate::controller::tenants::TenantPlugins;
 use trainforge_api::trainer::v1alpha1::{ClusterTrainingRuntime, TrainingRuntime};
 
-use crate::admission::{self, AdmissionState, PluginsNow, RuntimeLookup, certs, tls};
+use crate::admission::{self, AdmissionState, PluginsNow, RuntimeLookup, certs};
 use crate::controller::trainjob::Plugins;
 use crate::ops::metrics::Metrics;
+use crate::ops::tls;
 use crate::plugin::{PluginRuntime, PluginSet};
 
 /// Flags of the admission server.

@@ -19,10 +19,15 @@
 //! A check that changes state (or, while failing, its reason) logs it:
 //! passing at `info`, failing with the reason at `warn`.
 //!
-//! The same [`router`] can be served on both the metrics and the health-probe
-//! address (`--metrics-bind-address`, `--health-probe-bind-address`): each
-//! port then answers all three paths, which is harmless. [`parse_bind_address`]
-//! reads controller-runtime style addresses (`:8080`, `0` = disabled).
+//! Served in plain HTTP, the same [`router`] can be served on both the
+//! metrics and the health-probe address (`--metrics-bind-address`,
+//! `--health-probe-bind-address`): each port then answers all three paths.
+//! Served securely (`--metrics-secure`), `/metrics` is only on the metrics
+//! address, over HTTPS and, with `--metrics-auth`, only to authorised
+//! scrapers ([`authorized_metrics_router`]); the probe port then answers
+//! `/healthz` and `/readyz` alone ([`probes_router`]), since probes carry no
+//! credentials. [`parse_bind_address`] reads controller-runtime style
+//! addresses (`:8080`, `0` = disabled).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -36,6 +41,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE};
+use super::metrics_auth::{MetricsAuth, Reviews, guard};
 
 /// Errors of the health/metrics server.
 #[derive(Debug, thiserror::Error)]
@@ -237,27 +243,46 @@ fn wants_verbose(query: Option<&str>) -> bool {
     })
 }
 
-#[derive(Clone)]
-struct AppState {
-    metrics: Arc<Metrics>,
-    readiness: Readiness,
-}
-
 /// The router with `/healthz`, `/readyz` and `/metrics`.
 pub fn router(metrics: Arc<Metrics>, readiness: Readiness) -> Router {
+    probes_router(readiness).merge(metrics_router(metrics))
+}
+
+/// The router with `/healthz` and `/readyz` only (the probe port when
+/// `/metrics` is served securely on its own).
+pub fn probes_router(readiness: Readiness) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .with_state(readiness)
+}
+
+/// The router with `/metrics` only.
+pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
         .route("/metrics", get(metrics_text))
-        .with_state(AppState { metrics, readiness })
+        .with_state(metrics)
+}
+
+/// `/metrics` only, each request let through by `auth` first (see
+/// [`metrics_auth`](super::metrics_auth)): the router of the secure
+/// metrics server, served over HTTPS by [`super::tls::serve`].
+pub fn authorized_metrics_router<R: Reviews>(
+    metrics: Arc<Metrics>,
+    auth: Arc<MetricsAuth<R>>,
+) -> Router {
+    metrics_router(metrics).layer(axum::middleware::from_fn_with_state(auth, guard::<R>))
 }
 
 async fn healthz() -> &'static str {
     "ok"
 }
 
-async fn readyz(State(state): State<AppState>, RawQuery(query): RawQuery) -> (StatusCode, String) {
-    let checks = state.readiness.checks();
+async fn readyz(
+    State(readiness): State<Readiness>,
+    RawQuery(query): RawQuery,
+) -> (StatusCode, String) {
+    let checks = readiness.checks();
     let code = if checks.iter().all(|c| c.failing.is_none()) {
         StatusCode::OK
     } else {
@@ -286,10 +311,10 @@ async fn readyz(State(state): State<AppState>, RawQuery(query): RawQuery) -> (St
     }
 }
 
-async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
+async fn metrics_text(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
-        state.metrics.encode(),
+        metrics.encode(),
     )
 }
 

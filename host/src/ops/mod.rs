@@ -5,7 +5,11 @@
 //! - [`metrics`]: the Prometheus registry ([`Metrics`]) the controllers and
 //!   the plugin runtime report into.
 //! - [`health`]: the axum server with `/healthz`, `/readyz` ([`Readiness`])
-//!   and `/metrics`.
+//!   and `/metrics`, or `/metrics` alone over HTTPS.
+//! - [`metrics_auth`]: who may read `/metrics` (`TokenReview` and
+//!   `SubjectAccessReview`).
+//! - [`tls`]: the HTTPS listener (admission webhooks, TrainJob status server,
+//!   secure metrics) whose certificate is replaced without a restart.
 //! - [`leader`]: Lease-based leader election ([`LeaderElection`]).
 //! - [`fence`]: no write from a replica not sure to hold the Lease.
 //! - [`shutdown`]: a cancellation token fired by SIGTERM / Ctrl-C.
@@ -49,8 +53,10 @@ pub mod fence;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+pub mod metrics_auth;
 pub mod netguard;
 pub mod shutdown;
+pub mod tls;
 
 pub use health::{CheckState, Readiness, ReadyFlag};
 pub use leader::{LeaderElection, LeaderOptions};

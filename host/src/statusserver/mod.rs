@@ -52,8 +52,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, warn};
 use trainforge_api::trainer::v1alpha1::TrainJob;
 
-use crate::admission::tls::Resolver;
 use crate::ops::metrics::Metrics;
+use crate::ops::tls::Resolver;
 use crate::plugin::{HostFacts, StatusServer};
 use request::{Target, Update};
 
@@ -155,9 +155,7 @@ pub async fn start(
     let router = Router::new().fallback(handle).with_state(shared);
     info!(addr = %local, %url, "serving the TrainJob status server (HTTPS)");
     tokio::spawn(keep_facts(url, resolver.clone(), facts, shutdown.clone()));
-    tokio::spawn(crate::admission::tls::serve(
-        listener, resolver, router, shutdown,
-    ));
+    tokio::spawn(crate::ops::tls::serve(listener, resolver, router, shutdown));
     Ok(local)
 }
 

@@ -12,6 +12,8 @@
 
 #[path = "../catalog_common/mod.rs"]
 mod catalog_common;
+#[path = "../monitoring_common/mod.rs"]
+mod monitoring_common;
 #[path = "../operator_common/mod.rs"]
 mod operator_common;
 #[path = "../plugin_common/mod.rs"]

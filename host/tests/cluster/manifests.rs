@@ -553,7 +553,9 @@ fn kustomization_renders_the_whole_install() {
     assert_eq!(args[0], "operator");
     for flag in [
         "--leader-elect",
-        "--metrics-bind-address=:8080",
+        "--metrics-bind-address=:8443",
+        "--metrics-secure",
+        "--metrics-auth",
         "--health-probe-bind-address=:8081",
     ] {
         assert!(args.contains(&flag), "{flag} not in {args:?}");
@@ -594,7 +596,16 @@ fn kustomization_renders_the_whole_install() {
         .iter()
         .find(|s| name(s) == "trainforge-operator-metrics")
         .unwrap();
-    assert_eq!(metrics["spec"]["ports"][0]["port"], 8080);
+    assert_eq!(metrics["spec"]["ports"][0]["port"], 8443);
+    // Who may scrape it: get on the non-resource URL, nothing else.
+    let reader = of_kind(&objs, "ClusterRole")
+        .into_iter()
+        .find(|r| name(r) == "trainforge-metrics-reader")
+        .expect("metrics reader role");
+    assert_eq!(
+        reader["rules"],
+        serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+    );
 
     // Webhooks: the Service reaches the operator's webhook-server port.
     let webhook_svc = services
@@ -910,7 +921,34 @@ fn monitoring_component_scrapes_the_metrics_service() {
             "{endpoint} names no port of the Service"
         );
         assert_eq!(endpoint["path"], "/metrics");
+        // HTTPS with a token, verifying the operator's certificate: the CA
+        // of the Secret the Deployment keeps it in, the name it carries.
+        assert_eq!(endpoint["scheme"], "https");
+        assert!(endpoint["bearerTokenFile"].is_string(), "{endpoint}");
+        let args = of_kind(&install, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+            ["args"]
+            .clone();
+        let flag = |prefix: &str| {
+            args.as_array()
+                .unwrap()
+                .iter()
+                .find_map(|a| a.as_str().unwrap().strip_prefix(prefix).map(str::to_owned))
+                .unwrap_or_else(|| panic!("no {prefix} in {args}"))
+        };
+        let tls = &endpoint["tlsConfig"];
+        assert_eq!(tls["ca"]["secret"]["name"], flag("--webhook-cert-secret="));
+        assert_eq!(tls["ca"]["secret"]["key"], "ca.crt");
+        assert_eq!(
+            tls["serverName"],
+            format!("{}.{OPERATOR_NS}.svc", flag("--webhook-service="))
+        );
+        assert!(tls.get("insecureSkipVerify").is_none(), "{tls}");
     }
+    // The alerts, beside the ServiceMonitor (their content:
+    // offline::monitoring).
+    let rules = of_kind(&objs, "PrometheusRule");
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0]["metadata"]["namespace"], OPERATOR_NS);
     let dashboards = of_kind(&objs, "ConfigMap");
     assert_eq!(dashboards.len(), 1);
     assert_eq!(
@@ -1061,8 +1099,16 @@ const NEEDED: &[Perm] = &[
         "",
         None,
     ),
-    // The TrainJob status server's token reviews.
+    // The TrainJob status server's and the secure metrics' token reviews.
     ("create", "authentication.k8s.io", "tokenreviews", "", None),
+    // Whether a scraper may get /metrics.
+    (
+        "create",
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        "",
+        None,
+    ),
     (
         "patch",
         "trainer.kubeflow.org",
@@ -1607,5 +1653,176 @@ async fn public_configmap_is_readable_by_any_authenticated_user() {
         data.get("kubeflow_trainer_version")
             .is_some_and(|v| is_release_version(v)),
         "{data:?}"
+    );
+}
+
+// ---------------------------------------------------------------- secure metrics
+
+/// A token of ServiceAccount `ns/name` (10 minutes), requested by the admin.
+async fn service_account_token(client: &kube::Client, ns: &str, name: &str) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let account = ServiceAccount {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match accounts.create(&PostParams::default(), &account).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating ServiceAccount {ns}/{name}: {e}"),
+    }
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let answer: TokenRequest = accounts
+        .create_subresource("token", name, &PostParams::default(), &request)
+        .await
+        .unwrap();
+    answer.status.unwrap().token.unwrap()
+}
+
+/// With the shipped flags (`--metrics-secure --metrics-auth`) and RBAC, the
+/// operator, running as its ServiceAccount, serves `/metrics` over HTTPS
+/// with its webhook certificate (verified against the CA of its Secret, as
+/// the shipped ServiceMonitor does), to a scraper bound to the shipped
+/// `trainforge-metrics-reader` only: no token or a bad one is 401, a valid
+/// token without the grant 403; the probe port does not serve `/metrics`.
+#[tokio::test]
+async fn secure_metrics_answer_the_metrics_reader_only() {
+    use crate::operator_common::{Operator, apply, docs, operator_service_account};
+    let Some(env) = trainforge_testenv::require!(Mode::Full) else {
+        return;
+    };
+    let client = env.client().await.unwrap();
+    let kubeconfig = operator_service_account(env, &client).await;
+    for f in [
+        "operator/metrics_reader_role.yaml",
+        "webhook/role.yaml",
+        "webhook/role_binding.yaml",
+    ] {
+        for d in docs(&manifests().join(f), None) {
+            apply(&client, &d).await;
+        }
+    }
+    let ns = "metrics-scrapers";
+    apply(
+        &client,
+        &serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+    )
+    .await;
+    apply(
+        &client,
+        &serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "metrics-scrapers-reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "trainforge-metrics-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}],
+        }),
+    )
+    .await;
+    let reader = service_account_token(&client, ns, "reader").await;
+    let stranger = service_account_token(&client, ns, "stranger").await;
+
+    let addr = format!(
+        "127.0.0.1:{}",
+        trainforge_testenv::ports::free_port().unwrap()
+    );
+    let op = Operator::start_as(
+        env,
+        "operator-secure-metrics",
+        &[
+            "--builtin-plugins",
+            "--lease-namespace",
+            OPERATOR_NS,
+            "--metrics-bind-address",
+            &addr,
+            "--metrics-secure",
+            "--metrics-auth",
+        ],
+        &kubeconfig,
+    );
+    op.wait_ready().await;
+
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), OPERATOR_NS);
+    let secret = secrets.get("trainforge-webhook-cert").await.unwrap();
+    let ca = secret.data.unwrap()["ca.crt"].0.clone();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let https = reqwest::Client::builder()
+        .no_proxy()
+        .tls_certs_only(reqwest::Certificate::from_pem_bundle(&ca).unwrap())
+        .build()
+        .unwrap();
+    let url = format!("https://{addr}/metrics");
+    let get = |token: Option<String>| {
+        let (https, url) = (https.clone(), url.clone());
+        async move {
+            let mut req = https.get(&url);
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    assert_eq!(get(None).await.0, 401);
+    assert_eq!(get(Some("not-a-token".into())).await.0, 401);
+    let (code, body) = get(Some(stranger)).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains("system:serviceaccount:metrics-scrapers:stranger"),
+        "{body}"
+    );
+    // The binding reaches the RBAC authorizer within a moment.
+    let mut served = (0, String::new());
+    for _ in 0..100 {
+        served = get(Some(reader.clone())).await;
+        if served.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(served.0, 200, "{}", served.1);
+    assert!(
+        served.1.contains("trainforge_noop_resyncs_total") && served.1.ends_with("# EOF\n"),
+        "{}",
+        served.1
+    );
+    // The offline check of the shipped dashboard and alerts
+    // (offline::monitoring) reads a registry with every family this
+    // operator declares.
+    let every = crate::monitoring_common::with_every_family().encode();
+    let served_families = crate::monitoring_common::declared(&served.1);
+    assert!(served_families.len() >= 5, "{}", served.1);
+    for f in served_families {
+        assert!(
+            every.contains(&format!("# TYPE {f} ")),
+            "{f} is not in the offline registry"
+        );
+    }
+    // Never in plain HTTP: not on the probe port, not on its own.
+    let plain = reqwest::Client::builder().no_proxy().build().unwrap();
+    let probe = plain
+        .get(format!("http://{}/metrics", op.metrics))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(probe.status(), 404);
+    assert!(
+        plain
+            .get(format!("http://{addr}/metrics"))
+            .send()
+            .await
+            .map(|r| r.status())
+            .map_or(true, |s| s != 200)
     );
 }

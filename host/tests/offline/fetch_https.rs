@@ -25,8 +25,9 @@ use axum::extract::Path;
 use axum::http::{Response, StatusCode, header};
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
-use trainforge::admission::{certs, tls};
+use trainforge::admission::certs;
 use trainforge::controller::catalog::fetch::{FetchError, FetchOptions, Fetcher};
+use trainforge::ops::tls;
 use trainforge_api::trainforge::v1alpha1::PluginSourceSpec;
 
 const LIMIT: usize = 64 << 10;

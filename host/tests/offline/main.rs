@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+#[path = "../monitoring_common/mod.rs"]
+mod monitoring_common;
 #[path = "../plugin_common/mod.rs"]
 mod plugin_common;
 
@@ -11,6 +13,7 @@ mod admission_adversarial;
 mod crds_current;
 mod fetch_https;
 mod fixture_equivalence;
+mod monitoring;
 mod plugin_adversarial;
 mod plugin_cli;
 mod plugin_code;

@@ -79,7 +79,8 @@ pub fn webhook_front(env: &TestEnv) -> &'static Front {
 /// with it (PDEATHSIG) even when tests panic.
 pub struct Operator {
     tx: mpsc::Sender<Job>,
-    /// `host:port` of `/metrics`.
+    /// `host:port` of `/healthz`, `/readyz` and (unless the test serves it
+    /// on an address of its own) `/metrics`.
     pub metrics: String,
     /// Where its admission server listens (behind the env's [`Front`]).
     pub webhook: std::net::SocketAddr,
@@ -137,6 +138,11 @@ fn operator_args(metrics: &str, webhook: &str, cache: &Path, extra: &[&str]) -> 
     } else {
         shared_builtin_artifacts()
     };
+    // A test that serves /metrics on its own address (securely) keeps the
+    // probes here.
+    let own_metrics = extra
+        .iter()
+        .any(|a| a.starts_with("--metrics-bind-address"));
     let mut args: Vec<String> = [
         "operator",
         "--metrics-bind-address",
@@ -153,6 +159,9 @@ fn operator_args(metrics: &str, webhook: &str, cache: &Path, extra: &[&str]) -> 
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if own_metrics {
+        args.drain(1..3);
+    }
     if let Some(dir) = artifacts {
         args.push(format!("--plugin-artifacts-dir={}", dir.display()));
     }

@@ -18,6 +18,16 @@ pub struct OperatorArgs {
     /// Where `/metrics` is served (`0` disables).
     #[arg(long, default_value = ":8080", help_heading = "Metrics and health")]
     pub metrics_bind_address: String,
+    /// Serve `/metrics` over HTTPS, with the serving certificate of the
+    /// webhooks, on the metrics address alone (the probe address then
+    /// answers `/healthz` and `/readyz` only).
+    #[arg(long, help_heading = "Metrics and health")]
+    pub metrics_secure: bool,
+    /// Serve `/metrics` only to callers whose bearer token the API server
+    /// authenticates (`TokenReview`) and who may `get` the non-resource URL
+    /// `/metrics` (`SubjectAccessReview`): 401, 403 otherwise.
+    #[arg(long, requires = "metrics_secure", help_heading = "Metrics and health")]
+    pub metrics_auth: bool,
     /// Where `/healthz` and `/readyz` are served (`0` disables).
     #[arg(long, default_value = ":8081", help_heading = "Metrics and health")]
     pub health_probe_bind_address: String,

@@ -18,6 +18,11 @@ pub enum OperatorError {
     /// An endpoint could not start.
     #[error(transparent)]
     Health(#[from] crate::ops::health::Error),
+    /// `--metrics-secure` with the metrics and probe addresses the same.
+    #[error(
+        "--metrics-secure serves /metrics over HTTPS on its own: --metrics-bind-address and --health-probe-bind-address must differ (both {0})"
+    )]
+    MetricsAddress(std::net::SocketAddr),
     /// Leader election failed.
     #[error(transparent)]
     Leader(#[from] crate::ops::leader::Error),

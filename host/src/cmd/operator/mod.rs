@@ -54,7 +54,7 @@ pub fn main(args: OperatorArgs) -> Result<(), OperatorError> {
 /// function each in `stages.rs`):
 ///
 /// 1. `health`: the readiness checks, and the `/healthz`,
-///    `/readyz`, `/metrics` servers;
+///    `/readyz`, `/metrics` servers (a secure `/metrics` bound only);
 /// 2. `plugin_runtime`: the Wasm runtime and its
 ///    idle-code sweeper;
 /// 3. `leader_election`: join the election for
@@ -63,8 +63,8 @@ pub fn main(args: OperatorArgs) -> Result<(), OperatorError> {
 ///    TrainJob triggers parked until this replica leads;
 /// 5. `plugins`: the builtin set, or the catalog synced
 ///    from the `ClusterTrainerPlugin`s and the `TrainerPlugin` controller;
-/// 6. `admission`: certificates and webhooks, started
-///    beside the controllers;
+/// 6. `admission`: certificates, webhooks and the secure
+///    `/metrics`, started beside the controllers;
 /// 7. `watches`: every kind the plugins need, listed,
 ///    then following the plugin set;
 /// 8. `controllers`: wait for leadership, then the
@@ -85,7 +85,7 @@ pub async fn run(
         metrics: Arc::new(Metrics::new()),
         shutdown,
     };
-    let checks = stages::health(&op).await?;
+    let (checks, secure_metrics) = stages::health(&op).await?;
     let runtime = stages::plugin_runtime(&op)?;
     let leader = stages::leader_election(&op).await?;
     let (objects, triggers) = stages::object_cache(&op);
@@ -94,7 +94,7 @@ pub async fn run(
     else {
         return Ok(());
     };
-    stages::admission(&op, &loaded, &runtime, &checks.admission);
+    stages::admission(&op, &loaded, &runtime, &checks.admission, secure_metrics);
     let Some(()) = stages::watches(&op, &objects, &mut loaded, &checks.caches).await else {
         return Ok(());
     };

@@ -45,6 +45,15 @@ pub(super) struct Operator {
     pub(super) shutdown: CancellationToken,
 }
 
+/// The secure metrics server: bound at start-up, served once the serving
+/// certificate exists (so a first start never serves a missing one).
+pub(super) struct SecureMetrics {
+    /// The metrics address, bound.
+    listener: tokio::net::TcpListener,
+    /// Whether scrapers are authenticated and authorised (`--metrics-auth`).
+    auth: bool,
+}
+
 /// The readiness checks of `/readyz`.
 pub(super) struct Checks {
     /// The plugin set in service can serve TrainJobs.
@@ -59,20 +68,43 @@ pub(super) struct Checks {
 /// `admission`, each failing until its stage passes it), then bind the
 /// `/healthz`, `/readyz` and `/metrics` servers (one per distinct address;
 /// `0` disables one) and serve them until shutdown, so that probes answer
-/// from the start.
-pub(super) async fn health(op: &Operator) -> Result<Checks, OperatorError> {
+/// from the start. With `--metrics-secure` the metrics address is only
+/// bound here (served by [`admission`] once the certificate exists) and
+/// must differ from the probe address, which then has no `/metrics`.
+pub(super) async fn health(
+    op: &Operator,
+) -> Result<(Checks, Option<SecureMetrics>), OperatorError> {
     let readiness = Readiness::new();
     let checks = Checks {
         plugins: readiness.register("plugins", "the plugin set is not loaded yet"),
         caches: readiness.register("caches", "the watch caches are not synced yet"),
         admission: readiness.register("admission", "the admission webhooks are not served yet"),
     };
+    let args = &op.args;
+    if args.metrics_secure {
+        let probes = health::parse_bind_address(&args.health_probe_bind_address)?;
+        let secure = match health::parse_bind_address(&args.metrics_bind_address)? {
+            Some(addr) if Some(addr) == probes => {
+                return Err(OperatorError::MetricsAddress(addr));
+            }
+            Some(addr) => Some(SecureMetrics {
+                listener: tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| health::Error::Bind { addr, source })?,
+                auth: args.metrics_auth,
+            }),
+            None => None,
+        };
+        if let Some(addr) = probes {
+            let server = health::Server::bind(addr, health::probes_router(readiness)).await?;
+            info!(addr = %server.local_addr(), "serving /healthz, /readyz");
+            tokio::spawn(serve_health(server, op.shutdown.clone()));
+        }
+        return Ok((checks, secure));
+    }
     let router = health::router(op.metrics.clone(), readiness.clone());
     let mut addrs = Vec::new();
-    for text in [
-        &op.args.health_probe_bind_address,
-        &op.args.metrics_bind_address,
-    ] {
+    for text in [&args.health_probe_bind_address, &args.metrics_bind_address] {
         if let Some(addr) = health::parse_bind_address(text)?
             && !addrs.contains(&addr)
         {
@@ -84,7 +116,19 @@ pub(super) async fn health(op: &Operator) -> Result<Checks, OperatorError> {
         info!(addr = %server.local_addr(), "serving /healthz, /readyz, /metrics");
         tokio::spawn(serve_health(server, op.shutdown.clone()));
     }
-    Ok(checks)
+    Ok((checks, None))
+}
+
+/// Serve `/metrics` over HTTPS until `stop`.
+async fn serve_secure_metrics(
+    listener: tokio::net::TcpListener,
+    resolver: Arc<crate::ops::tls::Resolver>,
+    router: axum::Router,
+    stop: CancellationToken,
+) {
+    if let Err(e) = crate::ops::tls::serve(listener, resolver, router, stop).await {
+        error!(error = %e, "secure metrics server stopped");
+    }
 }
 
 /// Serve one health/metrics server until `stop`.
@@ -313,6 +357,7 @@ pub(super) async fn plugins(
     tokio::spawn(follow_plugins(
         catalog.clone(),
         check.clone(),
+        op.metrics.clone(),
         op.shutdown.clone(),
     ));
     let mut generations = catalog.subscribe();
@@ -365,12 +410,14 @@ async fn run_tenant_controller(
 /// API (RBAC, a namespace not there yet) while this replica leads and
 /// reconciles; the `admission` check says so meanwhile. It starts before
 /// the watches, so that its certificate and the caches get ready at the
-/// same time.
+/// same time. The secure metrics server, when configured, is served with
+/// the same certificate.
 pub(super) fn admission(
     op: &Operator,
     loaded: &Loaded,
     runtime: &Arc<PluginRuntime>,
     check: &ReadyFlag,
+    secure_metrics: Option<SecureMetrics>,
 ) {
     tokio::spawn(serve_admission(
         op.args.admission.clone(),
@@ -379,14 +426,16 @@ pub(super) fn admission(
         loaded.served.clone(),
         runtime.clone(),
         op.metrics.clone(),
+        secure_metrics,
         op.shutdown.clone(),
         check.clone(),
     ));
 }
 
-/// Start the admission webhooks and the TrainJob status server (each
-/// unless disabled) with one certificate; `check` passes once they are
-/// served and fails with the reason when they cannot be.
+/// Start the admission webhooks, the TrainJob status server and the secure
+/// metrics server (each unless disabled) with one certificate; `check`
+/// passes once they are served and fails with the reason when they cannot
+/// be.
 #[allow(clippy::too_many_arguments)]
 async fn serve_admission(
     args: crate::admission::serve::AdmissionArgs,
@@ -395,6 +444,7 @@ async fn serve_admission(
     served: Served,
     runtime: Arc<PluginRuntime>,
     metrics: Arc<Metrics>,
+    secure_metrics: Option<SecureMetrics>,
     shutdown: CancellationToken,
     check: ReadyFlag,
 ) {
@@ -410,7 +460,7 @@ async fn serve_admission(
         crate::admission::serve::bind_address(&args.webhook_bind_address),
         Ok(None)
     );
-    if !admission_on && status_addr.is_none() {
+    if !admission_on && status_addr.is_none() && secure_metrics.is_none() {
         info!("admission server and TrainJob status server disabled");
         check.set_ready();
         return;
@@ -425,6 +475,28 @@ async fn serve_admission(
         Ok(r) => r,
         Err(e) => return not_served("HTTPS servers (serving certificate)", &e),
     };
+    if let Some(SecureMetrics { listener, auth }) = secure_metrics {
+        let router = if auth {
+            let reviews = crate::ops::metrics_auth::ApiReviews::new(client.clone());
+            let gate = Arc::new(crate::ops::metrics_auth::MetricsAuth::new(reviews));
+            health::authorized_metrics_router(metrics.clone(), gate)
+        } else {
+            health::metrics_router(metrics.clone())
+        };
+        let addr = listener.local_addr().ok();
+        info!(?addr, auth, "serving /metrics over HTTPS");
+        tokio::spawn(serve_secure_metrics(
+            listener,
+            resolver.clone(),
+            router,
+            shutdown.clone(),
+        ));
+    }
+    if !admission_on && status_addr.is_none() {
+        info!("admission server and TrainJob status server disabled");
+        check.set_ready();
+        return;
+    }
     if let Some(addr) = status_addr {
         let url = status.url(addr, &args.webhook_service);
         let facts = runtime.config().facts.clone();
@@ -727,14 +799,22 @@ const PLUGIN_CODE_IDLE: Duration = Duration::from_secs(120);
 /// How often idle plugin code is looked for.
 const PLUGIN_CODE_SWEEP: Duration = Duration::from_secs(30);
 
-/// Keep the `plugins` readiness check in step with the catalog until
-/// `stop`: on every swap, and every [`PLUGINS_CHECK_INTERVAL`].
-async fn follow_plugins(catalog: Arc<PluginCatalog>, check: ReadyFlag, stop: CancellationToken) {
+/// Keep the `plugins` readiness check and `trainforge_plugins_not_serving`
+/// in step with the catalog until `stop`: on every swap, and every
+/// [`PLUGINS_CHECK_INTERVAL`].
+async fn follow_plugins(
+    catalog: Arc<PluginCatalog>,
+    check: ReadyFlag,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
     let mut swaps = catalog.subscribe();
     let mut open = true;
     loop {
         check.set(catalog_readiness(&catalog));
-        check.set_degraded(Plugins::degraded(catalog.as_ref()).map(|d| d.to_string()));
+        let degraded = Plugins::degraded(catalog.as_ref());
+        metrics.plugins_not_serving(degraded.as_ref().map_or(0, |d| d.absent.len()));
+        check.set_degraded(degraded.map(|d| d.to_string()));
         tokio::select! {
             _ = stop.cancelled() => return,
             changed = swaps.changed(), if open => open = changed.is_ok(),

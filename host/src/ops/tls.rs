@@ -1,5 +1,6 @@
-//! The HTTPS listener of the admission webhooks and the TrainJob status
-//! server, with a certificate that can be replaced while it serves.
+//! The HTTPS listener of the admission webhooks, the TrainJob status server
+//! and the secure metrics server, with a certificate that can be replaced
+//! while it serves.
 //!
 //! Rules:
 //! - [`Resolver`] holds the serving certificate and key in an [`ArcSwap`];
@@ -194,7 +195,7 @@ pub async fn serve(
                 Ok(a) => a,
                 Err(e) => {
                     // Out of file descriptors and the like: back off a little.
-                    tracing::warn!(%addr, error = %e, "accepting a webhook connection");
+                    tracing::warn!(%addr, error = %e, "accepting an HTTPS connection");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -203,23 +204,23 @@ pub async fn serve(
         let acceptor = acceptor.clone();
         let router = router.clone();
         let shutdown = shutdown.clone();
-        let span = tracing::debug_span!("webhook_connection", %peer);
+        let span = tracing::debug_span!("https_connection", %peer);
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 connection(stream, acceptor, router, shutdown).await;
-                tracing::trace!("webhook connection closed");
+                tracing::trace!("HTTPS connection closed");
                 drop(permit);
             },
             span,
         ));
     }
-    tracing::info!(%addr, "webhook server stops accepting; draining connections");
+    tracing::info!(%addr, "HTTPS server stops accepting; draining connections");
     let all = u32::try_from(MAX_CONNECTIONS).unwrap_or(u32::MAX);
     if tokio::time::timeout(SHUTDOWN_GRACE, permits.acquire_many(all))
         .await
         .is_err()
     {
-        tracing::warn!(%addr, "webhook connections still open after the shutdown grace period");
+        tracing::warn!(%addr, "HTTPS connections still open after the shutdown grace period");
     }
     Ok(())
 }
@@ -237,11 +238,11 @@ async fn connection(
         handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => match handshake {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => {
-                tracing::debug!(error = %e, "webhook TLS handshake failed");
+                tracing::debug!(error = %e, "TLS handshake failed");
                 return;
             }
             Err(_) => {
-                tracing::debug!("webhook TLS handshake timed out");
+                tracing::debug!("TLS handshake timed out");
                 return;
             }
         },
@@ -256,13 +257,13 @@ async fn connection(
     tokio::select! {
         result = conn.as_mut() => {
             if let Err(e) = result {
-                tracing::debug!(error = %e, "webhook connection ended with an error");
+                tracing::debug!(error = %e, "HTTPS connection ended with an error");
             }
         }
         () = shutdown.cancelled() => {
             conn.as_mut().graceful_shutdown();
             if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "webhook connection ended with an error");
+                tracing::debug!(error = %e, "HTTPS connection ended with an error");
             }
         }
     }
@@ -275,18 +276,47 @@ mod tests {
 
     use axum::routing::get;
 
-    use super::*;
-    use crate::admission::certs;
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
-    fn sans() -> (Vec<String>, Vec<IpAddr>) {
-        (
-            vec!["localhost".to_owned()],
-            vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
-        )
+    use super::*;
+
+    /// A test CA (its PEM in `ca_bundle`) and a serving certificate it
+    /// signed for `localhost` and 127.0.0.1.
+    struct Bundle {
+        ca_bundle: String,
+        cert: String,
+        key: String,
+        issuer: Issuer<'static, KeyPair>,
+    }
+
+    fn generate() -> Bundle {
+        let ca_key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(params, ca_key);
+        let (cert, key) = renew_serving(&issuer);
+        Bundle {
+            ca_bundle: ca.pem(),
+            cert,
+            key,
+            issuer,
+        }
+    }
+
+    /// A new serving certificate from the same CA: (certificate, key).
+    fn renew_serving(issuer: &Issuer<'static, KeyPair>) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        params
+            .subject_alt_names
+            .push(rcgen::SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        let cert = params.signed_by(&key, issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
     }
 
     async fn start(
-        bundle: &certs::Bundle,
+        bundle: &Bundle,
     ) -> (
         SocketAddr,
         Arc<Resolver>,
@@ -336,9 +366,7 @@ mod tests {
 
     #[tokio::test]
     async fn serves_and_rotates_without_restart() {
-        let (dns, ips) = sans();
-        let now = time::OffsetDateTime::now_utc();
-        let bundle = certs::generate(&dns, &ips, now, certs::SERVING_LIFETIME).unwrap();
+        let bundle = generate();
         let (addr, resolver, shutdown, task) = start(&bundle).await;
         let http = client(&bundle.ca_bundle);
         let url = format!("https://127.0.0.1:{}/ping", addr.port());
@@ -349,11 +377,8 @@ mod tests {
         assert_eq!(served_serial(&http, &by_name).await, first);
 
         // Rotate the serving certificate (same CA): the next connection gets it.
-        let renewed =
-            certs::renew_serving(&bundle, &dns, &ips, now, certs::SERVING_LIFETIME).unwrap();
-        resolver
-            .update(renewed.cert.as_bytes(), renewed.key.as_bytes())
-            .unwrap();
+        let (cert, key) = renew_serving(&bundle.issuer);
+        resolver.update(cert.as_bytes(), key.as_bytes()).unwrap();
         let second = served_serial(&http, &url).await;
         assert_ne!(first, second, "the rotated certificate is served");
         assert_eq!(second, serial_of(&resolver.leaf_der().unwrap()));
@@ -364,7 +389,7 @@ mod tests {
         assert_eq!(served_serial(&http, &url).await, second);
 
         // A client that does not trust this CA fails the handshake.
-        let other = certs::generate(&dns, &ips, now, certs::SERVING_LIFETIME).unwrap();
+        let other = generate();
         let stranger = client(&other.ca_bundle);
         assert!(stranger.get(&url).send().await.is_err());
 
@@ -378,14 +403,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_silent_client_does_not_block_others() {
-        let (dns, ips) = sans();
-        let bundle = certs::generate(
-            &dns,
-            &ips,
-            time::OffsetDateTime::now_utc(),
-            certs::SERVING_LIFETIME,
-        )
-        .unwrap();
+        let bundle = generate();
         let (addr, _resolver, shutdown, task) = start(&bundle).await;
         // Connects, never says hello.
         let _silent = TcpStream::connect(addr).await.unwrap();
@@ -404,10 +422,7 @@ mod tests {
 
     #[test]
     fn mismatched_key_is_refused() {
-        let (dns, ips) = sans();
-        let now = time::OffsetDateTime::now_utc();
-        let a = certs::generate(&dns, &ips, now, certs::SERVING_LIFETIME).unwrap();
-        let b = certs::generate(&dns, &ips, now, certs::SERVING_LIFETIME).unwrap();
+        let (a, b) = (generate(), generate());
         assert!(matches!(
             Resolver::from_pem(a.cert.as_bytes(), b.key.as_bytes()),
             Err(Error::LoadKey(_))
