@@ -123,7 +123,7 @@ pub fn run(args: &RenderArgs) -> Result<(), RenderError> {
         return Ok(());
     }
     let plugins = builtin_plugins()?;
-    let tenants = tenant_plugins(args)?;
+    let tenants = tenant_plugins(args, &plugins)?;
     let mut first = true;
     for (job, result) in render_with(&input, &plugins, tenants.as_ref())? {
         let name = job.metadata.name.clone().unwrap_or_default();
@@ -237,9 +237,11 @@ fn check_cache_dir(dir: &Path) -> Result<(), String> {
 }
 
 /// The `--trainer-plugin`s, loaded under the `--policy` ceiling, as the
-/// operator's store would hold them (`None` when there are none).
+/// operator's store would hold them beside the cluster's `plugins`
+/// (`None` when there are none).
 fn tenant_plugins(
     args: &RenderArgs,
+    plugins: &PluginSet,
 ) -> Result<Option<crate::controller::tenants::TenantPlugins>, RenderError> {
     use crate::controller::tenants::offline;
     if args.trainer_plugins.is_empty() {
@@ -279,7 +281,7 @@ fn tenant_plugins(
         .map_err(|e| err(arg, e.to_string()))?;
         loaded.push(t);
     }
-    Ok(Some(offline::store(&loaded)))
+    Ok(Some(offline::store(&loaded, plugins)))
 }
 
 /// [`render`], with the tenant plugins of `tenants` joining each TrainJob's

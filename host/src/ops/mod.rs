@@ -25,7 +25,7 @@
 //! use std::sync::Arc;
 //! use trainforge::ops::{health, leader, shutdown, Metrics, Readiness};
 //!
-//! let stop = shutdown::on_signal()?;
+//! let stop = shutdown::on_signal(Some(std::time::Duration::from_secs(25)))?;
 //! let metrics = Arc::new(Metrics::new());
 //! let readiness = Readiness::new();
 //! let plugins_ready = readiness.register("plugins", "not loaded yet");

@@ -2,7 +2,14 @@
 //!
 //! The first signal cancels the token (controllers drain, the leader Lease is
 //! released, servers stop); a second signal exits the process at once with
-//! status 130, for when draining hangs.
+//! status 130, for when draining hangs. With a drain deadline, a plain
+//! thread (not a task: it runs even when every runtime worker is busy)
+//! exits the process with status 1 once the deadline has passed since the
+//! first signal, so a drain that hangs (compiles queued, a stalled API
+//! server) never outlives a kubelet's grace period; compile workers die
+//! with the process (their parent-death signal).
+
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -14,9 +21,11 @@ pub enum Error {
     Signal(#[source] std::io::Error),
 }
 
-/// Install SIGTERM and Ctrl-C handlers and return a token they cancel.
-/// Must be called from inside a tokio runtime.
-pub fn on_signal() -> Result<CancellationToken, Error> {
+/// Install SIGTERM and Ctrl-C handlers and return a token they cancel;
+/// `drain_deadline`: how long the drain after the first signal may take
+/// before the process exits anyway (`None`: as long as it takes). Must be
+/// called from inside a tokio runtime.
+pub fn on_signal(drain_deadline: Option<Duration>) -> Result<CancellationToken, Error> {
     let token = CancellationToken::new();
     let mut signals = Signals::new()?;
     let cancel = token.clone();
@@ -27,11 +36,31 @@ pub fn on_signal() -> Result<CancellationToken, Error> {
             "shutdown requested; draining (send it again to exit at once)"
         );
         cancel.cancel();
+        if let Some(deadline) = drain_deadline {
+            watchdog(deadline, |code| std::process::exit(code));
+        }
         let second = signals.next().await;
         tracing::warn!(signal = second, "second signal: exiting without draining");
         std::process::exit(130);
     });
     Ok(token)
+}
+
+/// After `deadline`, call `exit(1)` from a thread of its own.
+fn watchdog(deadline: Duration, exit: impl FnOnce(i32) + Send + 'static) {
+    let spawned = std::thread::Builder::new()
+        .name("shutdown-deadline".into())
+        .spawn(move || {
+            std::thread::sleep(deadline);
+            tracing::error!(
+                deadline_seconds = deadline.as_secs_f64(),
+                "draining took longer than the shutdown deadline: exiting without finishing"
+            );
+            exit(1);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the shutdown deadline's thread");
+    }
 }
 
 /// SIGTERM (Unix) and Ctrl-C.
@@ -78,15 +107,30 @@ async fn ctrl_c() {
 #[cfg(all(test, unix))]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use std::time::Duration;
+    use std::time::Instant;
 
     use super::*;
+
+    /// The deadline's thread exits with status 1 once the deadline has
+    /// passed, not before, however busy the async runtime is.
+    #[test]
+    fn the_deadline_exits_once_it_has_passed() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let start = Instant::now();
+        watchdog(Duration::from_millis(200), move |code| {
+            let _ = tx.send((code, start.elapsed()));
+        });
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        let (code, after) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(code, 1);
+        assert!(after >= Duration::from_millis(200), "{after:?}");
+    }
 
     /// SIGTERM to ourselves cancels the token (and does not kill the test
     /// process, since the handler is installed).
     #[tokio::test]
     async fn sigterm_cancels_the_token() {
-        let token = on_signal().unwrap();
+        let token = on_signal(None).unwrap();
         assert!(!token.is_cancelled());
         let status = std::process::Command::new("kill")
             .args(["-TERM", &std::process::id().to_string()])

@@ -333,6 +333,16 @@ mod tests {
         (addr, resolver, shutdown, task)
     }
 
+    /// Shut the server down; it returns within 5 s, without error.
+    async fn stop(shutdown: CancellationToken, task: tokio::task::JoinHandle<Result<(), Error>>) {
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+
     fn client(ca_pem: &str) -> reqwest::Client {
         install_crypto_provider();
         let certs = reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes()).unwrap();
@@ -393,12 +403,7 @@ mod tests {
         let stranger = client(&other.ca_bundle);
         assert!(stranger.get(&url).send().await.is_err());
 
-        shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(5), task)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        stop(shutdown, task).await;
     }
 
     #[tokio::test]
@@ -412,12 +417,7 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), served_serial(&http, &url))
             .await
             .unwrap();
-        shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(5), task)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        stop(shutdown, task).await;
     }
 
     #[test]

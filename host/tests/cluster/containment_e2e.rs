@@ -1136,12 +1136,33 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
     let o = wait_ctp(&fx, "aaa-status", false).await;
     assert!(ctp_condition(&o, "Ready").unwrap().1 != "Serving");
     during.push(normal_trainjob_completes(&fx, "after the restart").await);
-    let stopped = fx.op.terminate(Duration::from_secs(20));
-    assert!(stopped.is_some(), "SIGTERM ends the operator");
+    // SIGTERM with compiles running and queued (each up to the compile
+    // deadline): the operator is gone within a kubelet's 30 s grace period
+    // (its shutdown deadline is 25 s, whatever still runs).
+    let slow: Vec<String> = (0..3).map(|i| format!("slow-{i}")).collect();
+    for (i, name) in slow.iter().enumerate() {
+        install(
+            &fx,
+            name,
+            &slow_to_compile_component(3000 + i, 600),
+            json!({}),
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stopped = fx.op.terminate(Duration::from_secs(30));
+    assert!(
+        stopped.is_some(),
+        "SIGTERM with compiles queued: not gone within 30 s; log:\n{}",
+        fx.op.log_tail(30)
+    );
     step(&format!(
-        "SIGTERM: exited in {:.2}s",
+        "SIGTERM with 3 slow compiles queued: exited in {:.2}s",
         stopped.unwrap_or_default().as_secs_f64()
     ));
+    for name in &slow {
+        uninstall(&fx, name).await;
+    }
     uninstall(&fx, "aaa-status").await;
     uninstall(&fx, "podwatcher").await;
 

@@ -994,5 +994,43 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
         assert_eq!(cond(&o, "Compiled").1, "CompileLimit", "{o}");
         delete(&fx.client, TF, "TrainerPlugin", Some(&a), &name).await;
     }
+
+    step("10 a tenant plugin named as a cluster plugin is refused, and its namespace goes on");
+    let shared = hostile_declaring(&json!({"name": "shared-name"}));
+    install_cluster_plugin(
+        &fx.client,
+        OPERATOR_NS,
+        "shared-module",
+        "shared",
+        &shared,
+        json!({}),
+    )
+    .await;
+    eventually("ClusterTrainerPlugin shared Ready", TIMEOUT, || async {
+        let o = get(&fx.client, TF, "ClusterTrainerPlugin", None, "shared").await?;
+        (condition(&o, "Ready")?["status"] == "True").then_some(())
+    })
+    .await;
+    store_component(&fx.client, &a, "shadow-module", &shared).await;
+    apply(
+        &fx.client,
+        &trainer_plugin(&a, "shadow", "shadow-module", &shared, json!({})),
+    )
+    .await;
+    let o = wait_tp(&fx, &a, "shadow", false).await;
+    let (_, reason, message) = cond(&o, "Compiled");
+    assert_eq!(reason, "DuplicateName", "{message}");
+    assert!(
+        message.contains("also served by a ClusterTrainerPlugin"),
+        "{message}"
+    );
+    // Not a namespace blocked behind a TrainerPlugin that reads Ready.
+    apply(&fx.client, &plain(&a, "after-clash", json!({}))).await;
+    wait_jobset(&fx, &a, "after-clash").await;
+    // The cluster plugin goes: the tenant's is decided again and serves.
+    delete(&fx.client, TF, "ClusterTrainerPlugin", None, "shared").await;
+    wait_tp(&fx, &a, "shadow", true).await;
+    step("  refused as DuplicateName while the cluster served the name; serving once it did not");
+    delete(&fx.client, TF, "TrainerPlugin", Some(&a), "shadow").await;
     fx.op.wait_ready().await;
 }

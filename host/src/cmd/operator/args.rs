@@ -28,6 +28,11 @@ pub struct OperatorArgs {
     /// `/metrics` (`SubjectAccessReview`): 401, 403 otherwise.
     #[arg(long, requires = "metrics_secure", help_heading = "Metrics and health")]
     pub metrics_auth: bool,
+    /// Seconds the drain after SIGTERM may take before the process exits
+    /// anyway (`0`: no deadline); keep it below the pod's
+    /// `terminationGracePeriodSeconds` (30 in the manifests).
+    #[arg(long, default_value_t = 25, help_heading = "Shutdown")]
+    pub shutdown_timeout_seconds: u64,
     /// Where `/healthz` and `/readyz` are served (`0` disables).
     #[arg(long, default_value = ":8081", help_heading = "Metrics and health")]
     pub health_probe_bind_address: String,
@@ -142,6 +147,54 @@ mod tests {
                 .any(|a| a.get_long() == Some("webhook-bind-address")
                     && a.get_help_heading() == Some("Admission webhooks")),
             "the flattened admission flags have their heading"
+        );
+    }
+
+    /// `--metrics-auth` needs `--metrics-secure`; secure metrics need an
+    /// address of their own, refused before anything starts.
+    #[test]
+    fn secure_metrics_flags_are_checked() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: OperatorArgs,
+        }
+        let parse = |flags: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(
+                std::iter::once("operator").chain(flags.iter().copied()),
+            )
+            .map(|c| c.args)
+        };
+        let e = parse(&["--metrics-auth"]).err().unwrap();
+        assert!(e.to_string().contains("--metrics-secure"), "{e}");
+        let same = parse(&[
+            "--metrics-secure",
+            "--metrics-bind-address=:9443",
+            "--health-probe-bind-address=:9443",
+        ])
+        .unwrap();
+        let e = super::super::stages::endpoints(&same).unwrap_err();
+        assert!(
+            e.to_string().contains("must differ (both 0.0.0.0:9443)"),
+            "{e}"
+        );
+        // Plain metrics may share the probe address.
+        let plain = parse(&[
+            "--metrics-bind-address=:9443",
+            "--health-probe-bind-address=:9443",
+        ])
+        .unwrap();
+        assert!(super::super::stages::endpoints(&plain).is_ok());
+        let apart = parse(&[
+            "--metrics-secure",
+            "--metrics-auth",
+            "--metrics-bind-address=:8443",
+        ])
+        .unwrap();
+        let (probes, metrics) = super::super::stages::endpoints(&apart).unwrap();
+        assert_eq!(
+            (probes.unwrap().port(), metrics.unwrap().port()),
+            (8081, 8443)
         );
     }
 }

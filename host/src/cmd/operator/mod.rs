@@ -28,6 +28,7 @@ mod error;
 mod stages;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -42,8 +43,11 @@ pub fn main(args: OperatorArgs) -> Result<(), OperatorError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    stages::endpoints(&args)?;
     rt.block_on(async move {
-        let shutdown = crate::ops::shutdown::on_signal()?;
+        let deadline = args.shutdown_timeout_seconds;
+        let shutdown =
+            crate::ops::shutdown::on_signal((deadline > 0).then(|| Duration::from_secs(deadline)))?;
         let clients = crate::ops::client::operator_clients().await?;
         run(clients, args, shutdown).await
     })

@@ -82,11 +82,8 @@ pub(super) async fn health(
     };
     let args = &op.args;
     if args.metrics_secure {
-        let probes = health::parse_bind_address(&args.health_probe_bind_address)?;
-        let secure = match health::parse_bind_address(&args.metrics_bind_address)? {
-            Some(addr) if Some(addr) == probes => {
-                return Err(OperatorError::MetricsAddress(addr));
-            }
+        let (probes, metrics) = endpoints(args)?;
+        let secure = match metrics {
             Some(addr) => Some(SecureMetrics {
                 listener: tokio::net::TcpListener::bind(addr)
                     .await
@@ -117,6 +114,23 @@ pub(super) async fn health(
         tokio::spawn(serve_health(server, op.shutdown.clone()));
     }
     Ok((checks, None))
+}
+
+/// The probe and metrics addresses (`None`: disabled), checked: with
+/// `--metrics-secure` they must differ. Called before anything starts, so
+/// that a wrong flag stops the operator at once.
+pub(super) fn endpoints(
+    args: &OperatorArgs,
+) -> Result<(Option<std::net::SocketAddr>, Option<std::net::SocketAddr>), OperatorError> {
+    let probes = health::parse_bind_address(&args.health_probe_bind_address)?;
+    let metrics = health::parse_bind_address(&args.metrics_bind_address)?;
+    if let Some(addr) = metrics
+        && args.metrics_secure
+        && Some(addr) == probes
+    {
+        return Err(OperatorError::MetricsAddress(addr));
+    }
+    Ok((probes, metrics))
 }
 
 /// Serve `/metrics` over HTTPS until `stop`.

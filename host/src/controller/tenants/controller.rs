@@ -249,6 +249,12 @@ pub async fn run(
             instance: None,
         },
     );
+    // A swap of the cluster's plugins re-decides every TrainerPlugin: one
+    // that now clashes with a cluster plugin is refused, one that no
+    // longer does serves again.
+    let swaps = futures::stream::unfold(catalog.subscribe(), |mut rx| async move {
+        rx.changed().await.ok().map(|()| ((), rx))
+    });
     let ctx = Arc::new(Ctx {
         recorder,
         loader: Loader {
@@ -267,7 +273,9 @@ pub async fn run(
     });
     let before_first_list =
         crate::controller::stopped_before_ready(store.clone(), shutdown.clone());
-    let mut controller = Controller::for_stream(events, store).reconcile_all_on(changes);
+    let mut controller = Controller::for_stream(events, store)
+        .reconcile_all_on(changes)
+        .reconcile_all_on(swaps);
     if let Some(rx) = status_writes {
         controller = controller.reconcile_all_on(crate::controller::catalog::rises(rx));
     }
@@ -519,7 +527,8 @@ async fn finish(
 ) -> Result<Action, Error> {
     let uid = entry.entry.uid.clone();
     let before = ctx.tenants.entry(ns, name, &uid);
-    let entry = ctx.tenants.commit(ns, name, entry);
+    let cluster = ctx.loader.catalog.current();
+    let entry = ctx.tenants.commit(ns, name, entry, &cluster);
     let failure = entry.entry.attempt.as_ref().and_then(|a| a.failure.clone());
     let within = match &failure {
         Some((r, m)) if is_policy_refusal(r) => Stage::failed(r, m.clone()),

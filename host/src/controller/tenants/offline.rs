@@ -15,7 +15,7 @@ use super::ceiling::Ceiling;
 use super::state::{TenantEntry, TenantPlugins};
 use crate::controller::catalog::spec::plugin_source;
 use crate::controller::catalog::{Attempt, Entry, Serving};
-use crate::plugin::{self, LoadedPlugin, ObjectSource, PluginRuntime};
+use crate::plugin::{self, LoadedPlugin, ObjectSource, PluginRuntime, PluginSet};
 
 /// Why a tenant plugin cannot be tried offline.
 #[derive(Debug, thiserror::Error)]
@@ -134,14 +134,14 @@ pub fn load(
     })
 }
 
-/// The store the operator would have with `tenants` in service (one that
-/// clashes with an earlier one of its namespace is refused as the operator
-/// refuses it, and logged).
-pub fn store(tenants: &[OfflineTenant]) -> TenantPlugins {
+/// The store the operator would have with `tenants` in service beside the
+/// `cluster`'s plugins (one that clashes with those or with an earlier one
+/// of its namespace is refused as the operator refuses it, and logged).
+pub fn store(tenants: &[OfflineTenant], cluster: &PluginSet) -> TenantPlugins {
     let store = TenantPlugins::new(1);
     store.set_initial([]);
     for t in tenants {
-        let e = store.commit(&t.namespace, &t.name, t.entry.clone());
+        let e = store.commit(&t.namespace, &t.name, t.entry.clone(), cluster);
         if let Some((reason, message)) = e.entry.attempt.and_then(|a| a.failure) {
             tracing::warn!(namespace = %t.namespace, plugin = %t.name, %reason, %message, "TrainerPlugin not served");
         }

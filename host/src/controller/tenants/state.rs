@@ -22,6 +22,7 @@ use kube::core::{Selector, SelectorExt};
 use tokio::sync::watch;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use trainforge_api::plugin::{KindRef, Phase};
+use trainforge_api::trainforge::v1alpha1::reason;
 
 use crate::controller::catalog::{Entry, Serving, StageName};
 use crate::plugin::{LoadedPlugin, PluginSet};
@@ -193,15 +194,34 @@ impl TenantPlugins {
     }
 
     /// Record `entry` for `TrainerPlugin` `namespace/name`. A candidate
-    /// that clashes with another serving tenant plugin of the namespace
-    /// (same plugin name, or both call `status`) is refused, the earlier
-    /// `TrainerPlugin` name keeping its place. Returns the entry recorded.
-    pub(crate) fn commit(&self, namespace: &str, name: &str, mut e: TenantEntry) -> TenantEntry {
+    /// that clashes with the `cluster`'s plugins ([`cluster_clash`]) is
+    /// refused and serves nothing: the cluster's plugin wins, the
+    /// namespace's TrainJobs go on without the tenant's, and the
+    /// `TrainerPlugin` says why. One that clashes with another serving
+    /// tenant plugin of the namespace (same plugin name, or both call
+    /// `status`) is refused, the earlier `TrainerPlugin` name keeping its
+    /// place. Returns the entry recorded.
+    pub(crate) fn commit(
+        &self,
+        namespace: &str,
+        name: &str,
+        mut e: TenantEntry,
+        cluster: &PluginSet,
+    ) -> TenantEntry {
         let mut state = self.lock();
         Self::settle(&mut state, namespace, &e.entry.uid);
         if state.deleted.contains(&e.entry.uid) {
             e.entry.serving = None;
             return e;
+        }
+        if let Some((r, message)) = e
+            .entry
+            .serving
+            .as_ref()
+            .and_then(|s| cluster_clash(cluster, &s.plugin))
+        {
+            refuse(&mut e, r, message);
+            e.entry.serving = None;
         }
         if let Some(s) = &e.entry.serving
             && let Some(peers) = state.namespaces.get(namespace)
@@ -213,19 +233,7 @@ impl TenantPlugins {
                 .find_map(|(n, ps)| clash_message(s, ps).map(|m| (n.clone(), m)));
             if let Some((other, message)) = clash {
                 let message = format!("{message} (TrainerPlugin {other})");
-                let done = e
-                    .entry
-                    .attempt
-                    .as_ref()
-                    .map(|a| a.stages_before(StageName::Compiled))
-                    .unwrap_or_default();
-                let generation = e.entry.attempt.as_ref().map_or(0, |a| a.generation);
-                e.entry.attempt = Some(crate::controller::catalog::Attempt::failed(
-                    generation,
-                    done,
-                    trainforge_api::trainforge::v1alpha1::reason::DUPLICATE_NAME,
-                    message,
-                ));
+                refuse(&mut e, reason::DUPLICATE_NAME, message);
                 e.entry.serving = state
                     .namespaces
                     .get(namespace)
@@ -341,29 +349,16 @@ impl TenantPlugins {
             });
         }
         tenants.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        // Tenant plugins that clash are refused when committed; a cluster
+        // plugin that arrived since blocks the namespace until they are
+        // reconciled again (on the catalog's swap).
         for (_, name, p, _) in &tenants {
-            for c in cluster.plugins() {
-                let message = if c.name() == p.name() {
-                    Some(format!(
-                        "plugin name {:?} is also served by a ClusterTrainerPlugin",
-                        p.name()
-                    ))
-                } else if c.calls(Phase::Status) && p.calls(Phase::Status) {
-                    Some(format!(
-                        "plugin {} implements the status phase, as does the cluster's plugin {}",
-                        p.name(),
-                        c.name()
-                    ))
-                } else {
-                    None
-                };
-                if let Some(message) = message {
-                    return Err(ComposeError::Clash {
-                        namespace: namespace.to_owned(),
-                        name: name.clone(),
-                        message,
-                    });
-                }
+            if let Some((_, message)) = cluster_clash(&cluster, p) {
+                return Err(ComposeError::Clash {
+                    namespace: namespace.to_owned(),
+                    name: name.clone(),
+                    message,
+                });
             }
         }
         let names = tenants
@@ -409,6 +404,50 @@ impl TenantPlugins {
             .try_acquire_owned()
             .ok()
     }
+}
+
+/// Mark `e`'s attempt failed at the `Compiled` stage with `r` and `message`
+/// (the stages before it keep their outcome).
+fn refuse(e: &mut TenantEntry, r: &str, message: String) {
+    let attempt = e.entry.attempt.as_ref();
+    let done = attempt
+        .map(|a| a.stages_before(StageName::Compiled))
+        .unwrap_or_default();
+    let generation = attempt.map_or(0, |a| a.generation);
+    e.entry.attempt = Some(crate::controller::catalog::Attempt::failed(
+        generation, done, r, message,
+    ));
+}
+
+/// Why tenant plugin `p` cannot serve beside the cluster's plugins, if it
+/// cannot: `(reason, message)`, the same name as a cluster plugin
+/// (`DuplicateName`) or both implementing `status` (`StatusConflict`).
+pub(crate) fn cluster_clash(
+    cluster: &PluginSet,
+    p: &LoadedPlugin,
+) -> Option<(&'static str, String)> {
+    cluster.plugins().iter().find_map(|c| {
+        if c.name() == p.name() {
+            Some((
+                reason::DUPLICATE_NAME,
+                format!(
+                    "plugin name {:?} is also served by a ClusterTrainerPlugin",
+                    p.name()
+                ),
+            ))
+        } else if c.calls(Phase::Status) && p.calls(Phase::Status) {
+            Some((
+                reason::STATUS_CONFLICT,
+                format!(
+                    "plugin {} implements the status phase, as does the cluster's plugin {}",
+                    p.name(),
+                    c.name()
+                ),
+            ))
+        } else {
+            None
+        }
+    })
 }
 
 /// Why `a` cannot serve beside `b` in one namespace, if it cannot.
@@ -503,10 +542,20 @@ mod tests {
             "u1 not attempted"
         );
         let only_gpu: Selector = [("gpu", "yes")].into_iter().collect();
-        t.commit("a", "z-late", entry(&rt, "jax", "u1", 0, None));
-        t.commit("a", "b-first", entry(&rt, "xgboost", "u2", 0, None));
-        t.commit("a", "gpu", entry(&rt, "mpi", "u3", -5, Some(only_gpu)));
-        t.commit("b", "other", entry(&rt, "torch", "u4", 0, None));
+        t.commit("a", "z-late", entry(&rt, "jax", "u1", 0, None), &cluster);
+        t.commit(
+            "a",
+            "b-first",
+            entry(&rt, "xgboost", "u2", 0, None),
+            &cluster,
+        );
+        t.commit(
+            "a",
+            "gpu",
+            entry(&rt, "mpi", "u3", -5, Some(only_gpu)),
+            &cluster,
+        );
+        t.commit("b", "other", entry(&rt, "torch", "u4", 0, None), &cluster);
         assert!(
             *t.subscribe().borrow() > gen0,
             "commits bump the generation"
@@ -533,20 +582,55 @@ mod tests {
 
         // A second plugin of the same name in a namespace is refused there;
         // the same name in another namespace is fine.
-        let e = t.commit("a", "twin", entry(&rt, "jax", "u5", 0, None));
+        let e = t.commit("a", "twin", entry(&rt, "jax", "u5", 0, None), &cluster);
         assert!(e.entry.serving.is_none());
         assert_eq!(
             e.entry.attempt.unwrap().failure.unwrap().0,
             reason::DUPLICATE_NAME
         );
-        let e = t.commit("b", "jax-too", entry(&rt, "jax", "u6", 0, None));
+        let e = t.commit("b", "jax-too", entry(&rt, "jax", "u6", 0, None), &cluster);
         assert!(e.entry.serving.is_some());
 
-        // A clash with the cluster's plugins fails only that namespace.
-        t.commit("b", "shadow", entry(&rt, "plainml", "u7", 0, None));
-        let err = t.compose(cluster.clone(), "b", &none).unwrap_err();
-        assert!(err.to_string().contains("TrainerPlugin b/shadow"), "{err}");
-        assert!(t.compose(cluster.clone(), "a", &none).is_ok());
+        // A clash with the cluster's plugins refuses the tenant's plugin:
+        // its namespace goes on without it, the TrainerPlugin says why.
+        let e = t.commit(
+            "b",
+            "shadow",
+            entry(&rt, "plainml", "u7", 0, None),
+            &cluster,
+        );
+        assert!(e.entry.serving.is_none());
+        let (r, m) = e.entry.attempt.unwrap().failure.unwrap();
+        assert_eq!(r, reason::DUPLICATE_NAME);
+        assert!(m.contains("also served by a ClusterTrainerPlugin"), "{m}");
+        // (tenants by TrainerPlugin name: jax-too, other)
+        assert_eq!(
+            names(&t.compose(cluster.clone(), "b", &none).unwrap().set),
+            ["plainml", "jax", "torch"]
+        );
+        // A cluster plugin that arrives later blocks only the namespace
+        // whose tenant plugin it clashes with, until that is committed
+        // again (the controller re-decides every TrainerPlugin on a swap).
+        let grown = Arc::new(
+            PluginSet::new(vec![
+                rt.load(find_builtin("plainml").unwrap().trusted_source())
+                    .unwrap(),
+                rt.load(find_builtin("torch").unwrap().trusted_source())
+                    .unwrap(),
+            ])
+            .unwrap(),
+        );
+        let err = t.compose(grown.clone(), "b", &none).unwrap_err();
+        assert!(err.to_string().contains("TrainerPlugin b/other"), "{err}");
+        assert!(t.compose(grown.clone(), "a", &none).is_ok());
+        let e = t.commit("b", "other", entry(&rt, "torch", "u4", 0, None), &grown);
+        assert!(e.entry.serving.is_none());
+        let mut served = names(&t.compose(grown.clone(), "b", &none).unwrap().set)
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>();
+        served.sort();
+        assert_eq!(served, ["jax", "plainml", "torch"], "the cluster's torch");
 
         // Deleting takes a plugin out; a late commit of it does not return.
         t.remove("a", "z-late", Some("u1"));
@@ -554,7 +638,7 @@ mod tests {
             names(&t.compose(cluster.clone(), "a", &none).unwrap().set),
             ["plainml", "xgboost"]
         );
-        t.commit("a", "z-late", entry(&rt, "jax", "u1", 0, None));
+        t.commit("a", "z-late", entry(&rt, "jax", "u1", 0, None), &cluster);
         assert_eq!(
             names(&t.compose(cluster, "a", &none).unwrap().set),
             ["plainml", "xgboost"]
