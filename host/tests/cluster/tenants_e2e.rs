@@ -996,7 +996,7 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     }
 
     step("10 a tenant plugin named as a cluster plugin is refused, and its namespace goes on");
-    let shared = hostile_declaring(&json!({"name": "shared-name"}));
+    let shared = hostile_declaring(&json!({"name": "shared-name", "emits": [["v1", "ConfigMap"]]}));
     install_cluster_plugin(
         &fx.client,
         OPERATOR_NS,
