@@ -162,6 +162,21 @@ fn plain(ns: &str, name: &str, labels: Value) -> Value {
     tj
 }
 
+/// Install `ClusterTrainerPlugin` `name` (its component in ConfigMap `cm`
+/// of the operator's namespace) and wait until it is `Ready`.
+async fn install_ready_cluster_plugin(fx: &Fx, cm: &str, name: &str, bytes: &[u8]) {
+    install_cluster_plugin(&fx.client, OPERATOR_NS, cm, name, bytes, json!({})).await;
+    eventually(
+        &format!("ClusterTrainerPlugin {name} Ready"),
+        TIMEOUT,
+        || async {
+            let o = get(&fx.client, TF, "ClusterTrainerPlugin", None, name).await?;
+            (condition(&o, "Ready")?["status"] == "True").then_some(())
+        },
+    )
+    .await;
+}
+
 async fn wait_jobset(fx: &Fx, ns: &str, name: &str) -> Value {
     eventually(&format!("JobSet {ns}/{name}"), TIMEOUT, || {
         get(&fx.client, JOBSET, "JobSet", Some(ns), name)
@@ -949,20 +964,7 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     let fresh =
         hostile_declaring(&json!({"name": "cluster-fresh", "emits": [["v1", "ConfigMap"]]}));
     let started = Instant::now();
-    install_cluster_plugin(
-        &fx.client,
-        OPERATOR_NS,
-        "fresh-module",
-        "fresh",
-        &fresh,
-        json!({}),
-    )
-    .await;
-    eventually("ClusterTrainerPlugin fresh Ready", TIMEOUT, || async {
-        let o = get(&fx.client, TF, "ClusterTrainerPlugin", None, "fresh").await?;
-        (condition(&o, "Ready")?["status"] == "True").then_some(())
-    })
-    .await;
+    install_ready_cluster_plugin(&fx, "fresh-module", "fresh", &fresh).await;
     let fresh_ready = started.elapsed();
     let mut attempted = 0;
     for i in 0..2 {
@@ -997,20 +999,7 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
 
     step("10 a tenant plugin named as a cluster plugin is refused, and its namespace goes on");
     let shared = hostile_declaring(&json!({"name": "shared-name", "emits": [["v1", "ConfigMap"]]}));
-    install_cluster_plugin(
-        &fx.client,
-        OPERATOR_NS,
-        "shared-module",
-        "shared",
-        &shared,
-        json!({}),
-    )
-    .await;
-    eventually("ClusterTrainerPlugin shared Ready", TIMEOUT, || async {
-        let o = get(&fx.client, TF, "ClusterTrainerPlugin", None, "shared").await?;
-        (condition(&o, "Ready")?["status"] == "True").then_some(())
-    })
-    .await;
+    install_ready_cluster_plugin(&fx, "shared-module", "shared", &shared).await;
     store_component(&fx.client, &a, "shadow-module", &shared).await;
     apply(
         &fx.client,
