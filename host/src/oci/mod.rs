@@ -6,4 +6,5 @@
 
 pub mod artifact;
 pub mod cosign;
+pub mod proxy;
 pub mod registry;

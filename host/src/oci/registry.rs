@@ -3,6 +3,15 @@
 //! authentication and the distribution protocol are `oci-client`'s; this
 //! module bounds them (time, size, addresses) and checks what arrives
 //! against [`super::artifact`] before anyone uses it.
+//!
+//! Rules:
+//! - Every operation has its own client, and, when a guard is set, its own
+//!   [`GuardProxy`] that every connection of that client goes through (the
+//!   registry, blob redirects, token realms): an address the guard refuses
+//!   is never connected to, and the operation fails naming it.
+//! - Manifests are read by us, streaming, with their bound
+//!   ([`artifact::MAX_MANIFEST_BYTES`]) enforced before more is buffered;
+//!   blobs likewise with theirs.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -18,10 +27,17 @@ use rustls_pki_types::pem::PemObject;
 
 use super::artifact::{self, Artifact, ArtifactError};
 use super::cosign::{self, FoundSignature};
-use crate::ops::netguard::NetGuard;
+use super::proxy::GuardProxy;
+use crate::ops::netguard::{MAX_REDIRECTS, NetGuard};
 
 /// Deadline of one pull, push or signature lookup (every request in it).
 pub const OCI_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Longest wait for the next bytes of an answer.
+const READ_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Longest wait for a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Manifest media types asked for when pulling.
 const ACCEPTED: &[&str] = &[
@@ -112,8 +128,37 @@ pub struct Pulled {
 /// An OCI registry client with the operator's bounds.
 #[derive(Clone)]
 pub struct Registry {
+    opts: RegistryOptions,
+    extra_roots: Vec<Certificate>,
+}
+
+/// One operation's clients, and the proxy they go through.
+struct Session {
     client: Client,
-    guard: Option<NetGuard>,
+    /// For manifests, which `oci-client` would buffer whole.
+    http: reqwest::Client,
+    /// Registries spoken to over plain HTTP.
+    plain_http: Vec<String>,
+    proxy: Option<GuardProxy>,
+}
+
+impl Session {
+    /// `result`, with a failure explained by the guard's refusal when the
+    /// proxy refused a hop during the operation.
+    fn explain<T>(
+        &self,
+        r: &Reference,
+        result: Result<T, RegistryError>,
+    ) -> Result<T, RegistryError> {
+        match (result, self.proxy.as_ref().and_then(GuardProxy::refused)) {
+            (Err(e @ RegistryError::Artifact { .. }), _) => Err(e),
+            (Err(_), Some(message)) => Err(RegistryError::AddressNotAllowed {
+                registry: r.registry().to_owned(),
+                message,
+            }),
+            (result, _) => result,
+        }
+    }
 }
 
 impl std::fmt::Debug for Registry {
@@ -149,33 +194,95 @@ impl Registry {
                 });
             }
         }
+        let registry = Registry {
+            opts: opts.clone(),
+            extra_roots: extra,
+        };
+        // A bad CA bundle is refused here, not at the first pull.
+        registry.clients(None)?;
+        Ok(registry)
+    }
+
+    /// The clients of one operation, through `proxy` when given.
+    fn clients(&self, proxy: Option<&str>) -> Result<(Client, reqwest::Client), RegistryError> {
         let config = ClientConfig {
-            protocol: if opts.plain_http.is_empty() {
+            protocol: if self.opts.plain_http.is_empty() {
                 ClientProtocol::Https
             } else {
-                ClientProtocol::HttpsExcept(opts.plain_http.clone())
+                ClientProtocol::HttpsExcept(self.opts.plain_http.clone())
             },
-            extra_root_certificates: extra,
-            read_timeout: Some(Duration::from_secs(15)),
-            connect_timeout: Some(Duration::from_secs(5)),
+            extra_root_certificates: self.extra_roots.clone(),
+            read_timeout: Some(READ_TIMEOUT),
+            connect_timeout: Some(CONNECT_TIMEOUT),
             max_concurrent_download: 2,
             max_concurrent_upload: 2,
             // POST + one PUT per blob: every registry supports it (chunked
             // PATCH uploads are optional and some answer without a Location).
             use_monolithic_push: true,
+            https_proxy: proxy.map(str::to_owned),
+            http_proxy: proxy.map(str::to_owned),
             ..ClientConfig::default()
         };
         let client = Client::try_from(config).map_err(|e| RegistryError::Config(e.to_string()))?;
-        Ok(Registry {
+        let mut http = reqwest::Client::builder()
+            .read_timeout(READ_TIMEOUT)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::limited(MAX_REDIRECTS));
+        if let Some(pem) = &self.opts.extra_roots_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| RegistryError::Config(format!("CA bundle: {e}")))?;
+            http = http.tls_certs_merge(certs);
+        }
+        if let Some(url) = proxy {
+            let proxy =
+                reqwest::Proxy::all(url).map_err(|e| RegistryError::Config(e.to_string()))?;
+            http = http.proxy(proxy);
+        }
+        let http = http
+            .build()
+            .map_err(|e| RegistryError::Config(e.to_string()))?;
+        Ok((client, http))
+    }
+
+    /// A new operation's clients: through its own [`GuardProxy`] when the
+    /// registry options have a guard.
+    async fn session(&self) -> Result<Session, RegistryError> {
+        let proxy = match &self.opts.guard {
+            Some(guard) => Some(
+                GuardProxy::start(guard.clone())
+                    .await
+                    .map_err(|e| RegistryError::Config(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let (client, http) = self.clients(proxy.as_ref().map(GuardProxy::url))?;
+        Ok(Session {
             client,
-            guard: opts.guard.clone(),
+            http,
+            plain_http: self.opts.plain_http.clone(),
+            proxy,
         })
+    }
+
+    /// Run `op` in a new session, under [`OCI_TIMEOUT`], its failure
+    /// explained by the guard when it refused a hop.
+    async fn run<T>(
+        &self,
+        r: &Reference,
+        op: impl AsyncFnOnce(&Session) -> Result<T, RegistryError>,
+    ) -> Result<T, RegistryError> {
+        bounded(r, async {
+            let session = self.session().await?;
+            let result = op(&session).await;
+            session.explain(r, result)
+        })
+        .await
     }
 
     /// Refuse a registry whose host is, or resolves to, an address plugin
     /// sources may not reach.
     async fn check_host(&self, r: &Reference) -> Result<(), RegistryError> {
-        let Some(guard) = &self.guard else {
+        let Some(guard) = &self.opts.guard else {
             return Ok(());
         };
         guard
@@ -199,88 +306,8 @@ impl Registry {
     ) -> Result<Pulled, RegistryError> {
         let r = parse(reference)?;
         self.check_host(&r).await?;
-        bounded(&r, self.pull_inner(&r, auth, max_bytes)).await
-    }
-
-    async fn pull_inner(
-        &self,
-        r: &Reference,
-        auth: &RegistryAuth,
-        max_bytes: usize,
-    ) -> Result<Pulled, RegistryError> {
-        let whole = r.whole();
-        let bad = |source| RegistryError::Artifact {
-            reference: whole.clone(),
-            source,
-        };
-        // Credentials (or an anonymous bearer token) for this repository.
-        self.client
-            .auth(r, auth, oci_client::RegistryOperation::Pull)
+        self.run(&r, async |s| pull_in(s, &r, auth, max_bytes).await)
             .await
-            .map_err(|e| classify(r, "auth", e))?;
-        let (raw, _) = self
-            .client
-            .pull_manifest_raw(r, auth, ACCEPTED)
-            .await
-            .map_err(|e| classify(r, "manifest", e))?;
-        if raw.len() > artifact::MAX_MANIFEST_BYTES {
-            return Err(bad(ArtifactError::Manifest(format!(
-                "{} bytes, more than {}",
-                raw.len(),
-                artifact::MAX_MANIFEST_BYTES
-            ))));
-        }
-        // The digest is ours, over the bytes that arrived: a registry's
-        // header is not trusted.
-        let manifest_digest = artifact::digest_of(&raw);
-        if let Some(want) = r.digest() {
-            artifact::check_digest("the manifest", &raw, want).map_err(bad)?;
-        }
-        let layer = artifact::wasm_layer(&raw, max_bytes).map_err(bad)?;
-        let bytes = self.blob(r, &layer, max_bytes).await?;
-        artifact::check_digest("the layer", &bytes, &layer.digest).map_err(bad)?;
-        artifact::check_wasm_magic(&bytes).map_err(bad)?;
-        let repository = repository_of(r);
-        Ok(Pulled {
-            bytes,
-            pinned: format!("{repository}@{manifest_digest}"),
-            manifest_digest,
-            repository,
-        })
-    }
-
-    /// A blob, at most `layer.size` and `max` bytes whatever the registry
-    /// sends.
-    async fn blob(
-        &self,
-        r: &Reference,
-        layer: &OciDescriptor,
-        max: usize,
-    ) -> Result<Vec<u8>, RegistryError> {
-        let declared = usize::try_from(layer.size).unwrap_or(usize::MAX).min(max);
-        let mut stream = self
-            .client
-            .pull_blob_stream(r, layer)
-            .await
-            .map_err(|e| classify(r, "blob", e))?;
-        let mut out = Vec::with_capacity(declared.min(4 << 20));
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| RegistryError::Unavailable {
-                registry: r.registry().to_owned(),
-                message: format!("reading blob {}: {e}", layer.digest),
-            })?;
-            if out.len() + chunk.len() > declared {
-                return Err(RegistryError::Artifact {
-                    reference: r.whole(),
-                    source: ArtifactError::TooLarge {
-                        size: (out.len() + chunk.len()) as u64,
-                        limit: declared,
-                    },
-                });
-            }
-            out.extend_from_slice(&chunk);
-        }
-        Ok(out)
     }
 
     /// The cosign signatures stored for `pulled` (none when its signature
@@ -292,49 +319,8 @@ impl Registry {
     ) -> Result<Vec<FoundSignature>, RegistryError> {
         let r = signature_reference(pulled)?;
         self.check_host(&r).await?;
-        bounded(&r, async {
-            self.client
-                .auth(&r, auth, oci_client::RegistryOperation::Pull)
-                .await
-                .map_err(|e| classify(&r, "auth", e))?;
-            let raw = match self.client.pull_manifest_raw(&r, auth, ACCEPTED).await {
-                Ok((raw, _)) => raw,
-                Err(e) => {
-                    return match classify(&r, "signature manifest", e) {
-                        RegistryError::NotFound(_) => Ok(Vec::new()),
-                        other => Err(other),
-                    };
-                }
-            };
-            let m: OciImageManifest = serde_json::from_slice(&raw).map_err(|e| {
-                RegistryError::Signature(format!("signature manifest {}: {e}", r.whole()))
-            })?;
-            let mut found = Vec::new();
-            for layer in m
-                .layers
-                .iter()
-                .filter(|l| l.media_type == cosign::SIMPLE_SIGNING_MEDIA_TYPE)
-                .take(cosign::MAX_SIGNATURES)
-            {
-                let Some(sig) = layer
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(cosign::SIGNATURE_ANNOTATION))
-                else {
-                    continue;
-                };
-                let payload = self.blob(&r, layer, cosign::MAX_PAYLOAD_BYTES).await?;
-                if artifact::check_digest("a signature payload", &payload, &layer.digest).is_err() {
-                    continue;
-                }
-                found.push(FoundSignature {
-                    payload: Some(payload),
-                    signature: sig.clone(),
-                });
-            }
-            Ok(found)
-        })
-        .await
+        self.run(&r, async |s| signatures_in(s, &r, auth).await)
+            .await
     }
 
     /// Push `component` to `reference` as a Wasm artifact; returns it as
@@ -355,20 +341,20 @@ impl Registry {
             reference: r.whole(),
             source,
         })?;
-        bounded(&r, async {
-            self.client
+        self.run(&r, async |s| {
+            s.client
                 .auth(&r, auth, oci_client::RegistryOperation::Push)
                 .await
                 .map_err(|e| classify(&r, "auth", e))?;
-            self.client
+            s.client
                 .push_blob(&r, a.config.clone(), &a.config_descriptor.digest)
                 .await
                 .map_err(|e| classify(&r, "config blob", e))?;
-            self.client
+            s.client
                 .push_blob(&r, component.to_vec(), &a.layer_descriptor.digest)
                 .await
                 .map_err(|e| classify(&r, "layer blob", e))?;
-            self.push_manifest(&r, a.manifest.clone()).await
+            push_manifest(s, &r, a.manifest.clone()).await
         })
         .await?;
         let repository = repository_of(&r);
@@ -379,15 +365,6 @@ impl Registry {
             manifest_digest,
             repository,
         })
-    }
-
-    async fn push_manifest(&self, r: &Reference, manifest: Vec<u8>) -> Result<(), RegistryError> {
-        let ct = reqwest::header::HeaderValue::from_static(artifact::OCI_MANIFEST_MEDIA_TYPE);
-        self.client
-            .push_manifest_raw(r, manifest, ct)
-            .await
-            .map_err(|e| classify(r, "manifest push", e))?;
-        Ok(())
     }
 
     /// Store `signature` (base64) of `payload` for `pulled` under its
@@ -401,20 +378,20 @@ impl Registry {
     ) -> Result<(), RegistryError> {
         let r = signature_reference(pulled)?;
         self.check_host(&r).await?;
-        bounded(&r, async {
-            self.client
+        self.run(&r, async |s| {
+            let token = s
+                .client
                 .auth(&r, auth, oci_client::RegistryOperation::Push)
                 .await
                 .map_err(|e| classify(&r, "auth", e))?;
-            let mut layers = match self.client.pull_manifest_raw(&r, auth, ACCEPTED).await {
-                Ok((raw, _)) => serde_json::from_slice::<OciImageManifest>(&raw)
-                    .map(|m| m.layers)
-                    .unwrap_or_default(),
-                Err(e) => match classify(&r, "signature manifest", e) {
-                    RegistryError::NotFound(_) => Vec::new(),
-                    other => return Err(other),
-                },
-            };
+            let mut layers =
+                match manifest(s, &r, auth, token.as_deref(), "signature manifest").await {
+                    Ok(raw) => serde_json::from_slice::<OciImageManifest>(&raw)
+                        .map(|m| m.layers)
+                        .unwrap_or_default(),
+                    Err(RegistryError::NotFound(_)) => Vec::new(),
+                    Err(other) => return Err(other),
+                };
             let digest = artifact::digest_of(payload);
             if !layers.iter().any(|l| {
                 l.digest == digest
@@ -438,7 +415,7 @@ impl Registry {
                     ..OciDescriptor::default()
                 });
             }
-            self.client
+            s.client
                 .push_blob(&r, payload.to_vec(), &digest)
                 .await
                 .map_err(|e| classify(&r, "signature payload", e))?;
@@ -449,7 +426,7 @@ impl Registry {
             }))
             .map_err(|e| RegistryError::Signature(e.to_string()))?;
             let config_digest = artifact::digest_of(&config);
-            self.client
+            s.client
                 .push_blob(&r, config.clone(), &config_digest)
                 .await
                 .map_err(|e| classify(&r, "signature config", e))?;
@@ -467,10 +444,225 @@ impl Registry {
             };
             let raw = serde_json::to_vec(&manifest)
                 .map_err(|e| RegistryError::Signature(e.to_string()))?;
-            self.push_manifest(&r, raw).await
+            push_manifest(s, &r, raw).await
         })
         .await
     }
+}
+
+/// [`Registry::pull`] in session `s`.
+async fn pull_in(
+    s: &Session,
+    r: &Reference,
+    auth: &RegistryAuth,
+    max_bytes: usize,
+) -> Result<Pulled, RegistryError> {
+    let whole = r.whole();
+    let bad = |source| RegistryError::Artifact {
+        reference: whole.clone(),
+        source,
+    };
+    // Credentials (or an anonymous bearer token) for this repository.
+    let token = s
+        .client
+        .auth(r, auth, oci_client::RegistryOperation::Pull)
+        .await
+        .map_err(|e| classify(r, "auth", e))?;
+    let raw = manifest(s, r, auth, token.as_deref(), "manifest").await?;
+    // The digest is ours, over the bytes that arrived: a registry's
+    // header is not trusted.
+    let manifest_digest = artifact::digest_of(&raw);
+    if let Some(want) = r.digest() {
+        artifact::check_digest("the manifest", &raw, want).map_err(bad)?;
+    }
+    let layer = artifact::wasm_layer(&raw, max_bytes).map_err(bad)?;
+    let bytes = blob(s, r, &layer, max_bytes).await?;
+    artifact::check_digest("the layer", &bytes, &layer.digest).map_err(bad)?;
+    artifact::check_wasm_magic(&bytes).map_err(bad)?;
+    let repository = repository_of(r);
+    Ok(Pulled {
+        bytes,
+        pinned: format!("{repository}@{manifest_digest}"),
+        manifest_digest,
+        repository,
+    })
+}
+
+/// [`Registry::signatures`] in session `s`.
+async fn signatures_in(
+    s: &Session,
+    r: &Reference,
+    auth: &RegistryAuth,
+) -> Result<Vec<FoundSignature>, RegistryError> {
+    let token = s
+        .client
+        .auth(r, auth, oci_client::RegistryOperation::Pull)
+        .await
+        .map_err(|e| classify(r, "auth", e))?;
+    let raw = match manifest(s, r, auth, token.as_deref(), "signature manifest").await {
+        Ok(raw) => raw,
+        Err(RegistryError::NotFound(_)) => return Ok(Vec::new()),
+        Err(other) => return Err(other),
+    };
+    let m: OciImageManifest = serde_json::from_slice(&raw)
+        .map_err(|e| RegistryError::Signature(format!("signature manifest {}: {e}", r.whole())))?;
+    let mut found = Vec::new();
+    for layer in m
+        .layers
+        .iter()
+        .filter(|l| l.media_type == cosign::SIMPLE_SIGNING_MEDIA_TYPE)
+        .take(cosign::MAX_SIGNATURES)
+    {
+        let Some(sig) = layer
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(cosign::SIGNATURE_ANNOTATION))
+        else {
+            continue;
+        };
+        let payload = blob(s, r, layer, cosign::MAX_PAYLOAD_BYTES).await?;
+        if artifact::check_digest("a signature payload", &payload, &layer.digest).is_err() {
+            continue;
+        }
+        found.push(FoundSignature {
+            payload: Some(payload),
+            signature: sig.clone(),
+        });
+    }
+    Ok(found)
+}
+
+/// The manifest `r` names, read streaming: a declared length above
+/// [`artifact::MAX_MANIFEST_BYTES`] is refused before the body is read,
+/// and a body that grows past it is cut there. `token` is the bearer
+/// token `oci-client` got for the operation (else `auth`'s basic
+/// credentials are sent); both go to the registry's host only (the HTTP
+/// client drops them on a redirect elsewhere).
+async fn manifest(
+    s: &Session,
+    r: &Reference,
+    auth: &RegistryAuth,
+    token: Option<&str>,
+    what: &str,
+) -> Result<Vec<u8>, RegistryError> {
+    let registry = r.resolve_registry();
+    let unavailable = |message: String| RegistryError::Unavailable {
+        registry: r.registry().to_owned(),
+        message: format!("{what}: {message}"),
+    };
+    let too_large = |size: u64| RegistryError::Artifact {
+        reference: r.whole(),
+        source: ArtifactError::Manifest(format!(
+            "{size} bytes or more, more than {}",
+            artifact::MAX_MANIFEST_BYTES
+        )),
+    };
+    let scheme = if s.plain_http.iter().any(|h| h == registry) {
+        "http"
+    } else {
+        "https"
+    };
+    let name = r.digest().or(r.tag()).unwrap_or("latest");
+    let url = format!(
+        "{scheme}://{registry}/v2/{}/manifests/{name}",
+        r.repository()
+    );
+    let mut req = s
+        .http
+        .get(&url)
+        .header(reqwest::header::ACCEPT, ACCEPTED.join(", "));
+    match (token, auth) {
+        (Some(token), _) => req = req.bearer_auth(token),
+        (None, RegistryAuth::Basic(user, password)) => req = req.basic_auth(user, Some(password)),
+        (None, _) => {}
+    }
+    let mut resp = req.send().await.map_err(|e| unavailable(error_chain(&e)))?;
+    let status = resp.status();
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Err(RegistryError::NotFound(format!("{what} of {}", r.whole())));
+    }
+    if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+        return Err(RegistryError::Denied {
+            registry: r.registry().to_owned(),
+            message: format!("{what}: HTTP {status}"),
+        });
+    }
+    if !status.is_success() {
+        return Err(unavailable(format!("HTTP {status}")));
+    }
+    let limit = artifact::MAX_MANIFEST_BYTES;
+    if let Some(len) = resp.content_length().filter(|&n| n > limit as u64) {
+        return Err(too_large(len));
+    }
+    let mut out = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| unavailable(format!("reading: {}", error_chain(&e))))?
+    {
+        if out.len() + chunk.len() > limit {
+            return Err(too_large((out.len() + chunk.len()) as u64));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// A blob, at most `layer.size` and `max` bytes whatever the registry
+/// sends.
+async fn blob(
+    s: &Session,
+    r: &Reference,
+    layer: &OciDescriptor,
+    max: usize,
+) -> Result<Vec<u8>, RegistryError> {
+    let declared = usize::try_from(layer.size).unwrap_or(usize::MAX).min(max);
+    let mut stream = s
+        .client
+        .pull_blob_stream(r, layer)
+        .await
+        .map_err(|e| classify(r, "blob", e))?;
+    let mut out = Vec::with_capacity(declared.min(4 << 20));
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| RegistryError::Unavailable {
+            registry: r.registry().to_owned(),
+            message: format!("reading blob {}: {e}", layer.digest),
+        })?;
+        if out.len() + chunk.len() > declared {
+            return Err(RegistryError::Artifact {
+                reference: r.whole(),
+                source: ArtifactError::TooLarge {
+                    size: (out.len() + chunk.len()) as u64,
+                    limit: declared,
+                },
+            });
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+async fn push_manifest(s: &Session, r: &Reference, manifest: Vec<u8>) -> Result<(), RegistryError> {
+    let ct = reqwest::header::HeaderValue::from_static(artifact::OCI_MANIFEST_MEDIA_TYPE);
+    s.client
+        .push_manifest_raw(r, manifest, ct)
+        .await
+        .map_err(|e| classify(r, "manifest push", e))?;
+    Ok(())
+}
+
+/// `e` and its sources, each once.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut chain = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let text = c.to_string();
+        if !chain.iter().any(|t| t.contains(&text)) {
+            chain.push(text);
+        }
+        cur = c.source();
+    }
+    chain.join(": ")
 }
 
 /// Where cosign keeps `pulled`'s signatures: its repository, tag
@@ -546,21 +738,10 @@ fn classify(r: &Reference, what: &str, e: OciDistributionError) -> RegistryError
                 message: format!("{what}: {envelope}"),
             }
         }
-        other => {
-            let mut chain = vec![other.to_string()];
-            let mut cur = std::error::Error::source(&other);
-            while let Some(c) = cur {
-                let text = c.to_string();
-                if !chain.iter().any(|t| t.contains(&text)) {
-                    chain.push(text);
-                }
-                cur = c.source();
-            }
-            RegistryError::Unavailable {
-                registry,
-                message: format!("{what}: {}", chain.join(": ")),
-            }
-        }
+        other => RegistryError::Unavailable {
+            registry,
+            message: format!("{what}: {}", error_chain(&other)),
+        },
     }
 }
 

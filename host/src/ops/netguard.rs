@@ -14,9 +14,15 @@
 //! connection, every address a name resolves to (the resolver drops the
 //! refused ones; a name with none left is refused), and every redirect
 //! target (at most [`MAX_REDIRECTS`], never a loop, https only).
+//! Clients that resolve on their own are given [`NetGuard::connect`]
+//! instead (the OCI client, through `crate::oci::proxy`): it resolves a
+//! name once and connects only to addresses it checked.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
 
 use ipnet::IpNet;
 
@@ -28,6 +34,22 @@ pub const MAX_REDIRECTS: usize = 5;
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct Refused(pub String);
+
+/// Why [`NetGuard::connect`] did not connect.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The guard refused the address (or every address of the name).
+    #[error(transparent)]
+    Refused(#[from] Refused),
+    /// The name did not resolve, or no allowed address answered in time.
+    #[error("{target}: {message}")]
+    Unreachable {
+        /// `host:port` as asked for.
+        target: String,
+        /// What happened.
+        message: String,
+    },
+}
 
 /// The addresses https sources may reach: everything public, plus the
 /// networks the operator allows.
@@ -93,6 +115,61 @@ impl NetGuard {
                 .map_err(|e| Refused(format!("{literal} resolves to {}", e.0)))?;
         }
         Ok(())
+    }
+
+    /// Connect to `host:port`. A literal address is checked; a name is
+    /// resolved once, its refused addresses dropped (none left: refused),
+    /// and the allowed ones tried in order, each within `timeout`. The
+    /// connection is to an address that was checked: a second lookup
+    /// (DNS rebinding) has no say.
+    pub async fn connect(
+        &self,
+        host: &str,
+        port: u16,
+        timeout: Duration,
+    ) -> Result<TcpStream, ConnectError> {
+        let literal = host.trim_start_matches('[').trim_end_matches(']');
+        let target = format!("{host}:{port}");
+        let unreachable = |message: String| ConnectError::Unreachable {
+            target: target.clone(),
+            message,
+        };
+        let addrs: Vec<SocketAddr> = match literal.parse::<IpAddr>() {
+            Ok(ip) => {
+                self.check(ip)?;
+                vec![SocketAddr::new(ip, port)]
+            }
+            Err(_) => {
+                let resolved: Vec<SocketAddr> =
+                    tokio::time::timeout(timeout, tokio::net::lookup_host((literal, port)))
+                        .await
+                        .map_err(|_| unreachable("resolving timed out".to_owned()))?
+                        .map_err(|e| unreachable(format!("resolving: {e}")))?
+                        .collect();
+                let first = resolved.first().copied();
+                let allowed: Vec<SocketAddr> = resolved
+                    .into_iter()
+                    .filter(|a| self.check(a.ip()).is_ok())
+                    .collect();
+                if allowed.is_empty() {
+                    let why = match first.map(|a| self.check(a.ip())) {
+                        Some(Err(e)) => e.0,
+                        _ => "no address".to_owned(),
+                    };
+                    return Err(Refused(format!("{literal} resolves to {why}")).into());
+                }
+                allowed
+            }
+        };
+        let mut last = String::from("no address");
+        for addr in addrs {
+            match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => return Ok(stream),
+                Ok(Err(e)) => last = format!("{addr}: {e}"),
+                Err(_) => last = format!("{addr}: no answer within {}s", timeout.as_secs()),
+            }
+        }
+        Err(unreachable(last))
     }
 
     /// The redirect policy: https only, at most [`MAX_REDIRECTS`], no loop,

@@ -14,6 +14,7 @@ mod crds_current;
 mod fetch_https;
 mod fixture_equivalence;
 mod monitoring;
+mod oci_hops;
 mod plugin_adversarial;
 mod plugin_cli;
 mod plugin_code;
