@@ -34,7 +34,11 @@
 //! 8. an https plugin source pointing at the metadata address or loopback
 //!    is refused (`AddressNotAllowed`);
 //! 9. tenants' components crafted to be slow to compile queue for the
-//!    tenants' own compile slot: a cluster plugin compiles meanwhile.
+//!    tenants' own compile slot: a cluster plugin compiles meanwhile;
+//! 10. a tenant plugin named as a cluster plugin is refused, and its
+//!    namespace goes on;
+//! 11. `maxPluginsPerNamespace` admits the first created: a newcomer whose
+//!    name sorts first is refused and the plugins before it keep serving.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::time::{Duration, Instant};
@@ -45,6 +49,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use trainforge::plugin::sha256_hex;
+use trainforge_api::trainforge::v1alpha1::TrainerPlugin;
 use trainforge_testenv::{Mode, TestEnv};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -1021,5 +1026,60 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     wait_tp(&fx, &a, "shadow", true).await;
     step("  refused as DuplicateName while the cluster served the name; serving once it did not");
     delete(&fx.client, TF, "TrainerPlugin", Some(&a), "shadow").await;
+
+    step("11 maxPluginsPerNamespace holds when a newcomer's name sorts first");
+    let present = Api::<TrainerPlugin>::namespaced(fx.client.clone(), &a)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    let shipped = docs(&root().join("manifests/tenants/policy.yaml"), None)
+        .into_iter()
+        .find(|d| d["kind"] == "TrainerPluginPolicy")
+        .unwrap();
+    let mut capped = shipped.clone();
+    capped["spec"]["maxPluginsPerNamespace"] = json!(present + 2);
+    apply(&fx.client, &capped).await;
+    // Two plugins fill the cap; the third is created last with the name
+    // that sorts first (a second later: creation times have seconds, and
+    // within one second names decide).
+    for name in ["cap-y", "cap-z", "cap-a"] {
+        if name == "cap-a" {
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        }
+        let component = hostile_declaring(&json!({"name": name, "emits": [["v1", "ConfigMap"]]}));
+        store_component(&fx.client, &a, &format!("{name}-module"), &component).await;
+        apply(
+            &fx.client,
+            &trainer_plugin(&a, name, &format!("{name}-module"), &component, json!({})),
+        )
+        .await;
+        if name != "cap-a" {
+            wait_tp(&fx, &a, name, true).await;
+        }
+    }
+    let o = wait_tp(&fx, &a, "cap-a", false).await;
+    let (_, reason, message) = cond(&o, "WithinPolicy");
+    assert_eq!(reason, "ExceedsPolicy", "{message}");
+    assert!(
+        message.contains(&format!("maxPluginsPerNamespace ({})", present + 2)),
+        "{message}"
+    );
+    for name in ["cap-y", "cap-z"] {
+        let o = wait_tp(&fx, &a, name, true).await;
+        assert!(
+            !o["status"]["servingDigest"].is_null(),
+            "{name} keeps serving: {o}"
+        );
+    }
+    // A place frees up: the newcomer is decided again and serves.
+    delete(&fx.client, TF, "TrainerPlugin", Some(&a), "cap-y").await;
+    wait_tp(&fx, &a, "cap-a", true).await;
+    step("  the newcomer refused, the two before it serving; it serves once one is deleted");
+    for name in ["cap-z", "cap-a"] {
+        delete(&fx.client, TF, "TrainerPlugin", Some(&a), name).await;
+    }
+    apply(&fx.client, &shipped).await;
     fx.op.wait_ready().await;
 }

@@ -74,7 +74,8 @@ pub struct TrainerPluginPolicySpec {
     pub grants: Option<PluginGrants>,
 
     /// How many `TrainerPlugin`s one namespace may have in service (the
-    /// first by name; default 8): each costs compile time and memory.
+    /// first created, by name within a second; default 8): each costs
+    /// compile time and memory. A newcomer over it is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 64))]
     pub max_plugins_per_namespace: Option<i32>,

@@ -182,8 +182,9 @@ impl Ceiling {
     }
 
     /// Whether the `TrainerPlugin` with `rank` others of its namespace
-    /// sorting before it (by name) may serve: only the first
-    /// `maxPluginsPerNamespace` may.
+    /// arriving before it (created earlier; by name within a second) may
+    /// serve: only the first `maxPluginsPerNamespace` may, so a newcomer
+    /// over the cap is refused and no serving plugin is displaced.
     pub fn admit_count(&self, namespace: &str, rank: usize) -> Result<(), Refusal> {
         if rank < self.max_per_namespace {
             return Ok(());
@@ -191,7 +192,7 @@ impl Ceiling {
         Err((
             reason::EXCEEDS_POLICY,
             format!(
-                "namespace {namespace} has more TrainerPlugins than the TrainerPluginPolicy's maxPluginsPerNamespace ({}); only the first by name serve",
+                "namespace {namespace} already has the TrainerPluginPolicy's maxPluginsPerNamespace ({}) TrainerPlugins created before this one; only the first created serve",
                 self.max_per_namespace
             ),
         ))

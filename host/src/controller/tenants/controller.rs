@@ -64,6 +64,29 @@ pub(crate) fn is_policy_refusal(r: &str) -> bool {
     )
 }
 
+/// Whether `a` arrived before `b`: created earlier, or in the same second
+/// with a name that sorts first (an object without a creation time counts
+/// as the newest). `maxPluginsPerNamespace` admits the first arrivals, so a
+/// newcomer never takes a serving plugin out of service, whatever its name,
+/// and the same plugins serve after a restart.
+fn arrived_before(a: &TrainerPlugin, b: &TrainerPlugin) -> bool {
+    let key = |p: &TrainerPlugin| {
+        (
+            p.metadata.creation_timestamp.is_none(),
+            p.metadata.creation_timestamp.clone(),
+            p.metadata.name.clone(),
+        )
+    };
+    key(a) < key(b)
+}
+
+/// How many of `all` in `obj`'s namespace arrived before it.
+fn arrival_rank<'a>(all: impl Iterator<Item = &'a TrainerPlugin>, obj: &TrainerPlugin) -> usize {
+    all.filter(|p| p.metadata.namespace == obj.metadata.namespace)
+        .filter(|p| arrived_before(p, obj))
+        .count()
+}
+
 /// The Event reporter of this controller.
 pub const EVENT_REPORTER: &str = "trainforge-trainerplugin-controller";
 
@@ -96,14 +119,11 @@ impl Ctx {
             .unwrap_or_default()
     }
 
-    /// How many `TrainerPlugin`s of `namespace` sort before `name`.
-    fn rank_in_namespace(&self, namespace: &str, name: &str) -> usize {
-        self.plugins
-            .state()
-            .iter()
-            .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
-            .filter(|p| p.metadata.name.as_deref().is_some_and(|n| n < name))
-            .count()
+    /// How many `TrainerPlugin`s of `obj`'s namespace arrived before it
+    /// ([`arrived_before`]).
+    fn rank_in_namespace(&self, obj: &TrainerPlugin) -> usize {
+        let state = self.plugins.state();
+        arrival_rank(state.iter().map(|p| p.as_ref()), obj)
     }
 
     fn writes_status(&self) -> bool {
@@ -212,7 +232,8 @@ pub async fn run(
     let events = {
         let tenants = tenants.clone();
         let store = store.clone();
-        // A deletion can let a plugin past maxPluginsPerNamespace serve.
+        // A deletion can let a plugin past maxPluginsPerNamespace serve, a
+        // creation can push one over it.
         let deleted = changed_tx.clone();
         reflector(writer, watcher(api, watcher::Config::default().any_semantic()))
             .default_backoff()
@@ -222,6 +243,12 @@ pub async fn run(
                     let name = obj.metadata.name.clone().unwrap_or_default();
                     tracing::info!(namespace = %ns, plugin = %name, "TrainerPlugin deleted; taking its plugin out of service");
                     tenants.remove(&ns, &name, obj.metadata.uid.as_deref());
+                    let _ = deleted.send(());
+                }
+                // A newcomer (no status yet) created in the same second as
+                // a serving plugin may rank before it (by name): every
+                // TrainerPlugin is decided again so that the cap holds.
+                Ok(watcher::Event::Apply(obj)) if obj.status.is_none() => {
                     let _ = deleted.send(());
                 }
                 Ok(watcher::Event::InitDone) => {
@@ -380,7 +407,7 @@ async fn decide(
         }
     };
     // Out of service at once when the ceiling does not allow it.
-    let rank = ctx.rank_in_namespace(ns, name);
+    let rank = ctx.rank_in_namespace(obj);
     if let Err((r, m)) = ceiling.admit_count(ns, rank) {
         return refused(uid, generation, selector, r, m);
     }
@@ -569,4 +596,65 @@ async fn finish(
         Some(_) => Action::requeue(RETRY_FAILED),
         None => Action::await_change(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plugin(ns: &str, name: &str, created: Option<&str>) -> TrainerPlugin {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "trainforge.dev/v1alpha1",
+            "kind": "TrainerPlugin",
+            "metadata": {"namespace": ns, "name": name, "creationTimestamp": created},
+            "spec": {"source": {"builtin": "torch"}},
+        }))
+        .unwrap()
+    }
+
+    /// The cap counts arrivals, not names: a newcomer whose name sorts
+    /// first still ranks after every plugin created before it, so it is
+    /// the one refused; within one second names decide; other namespaces
+    /// do not count.
+    #[test]
+    fn newcomers_rank_last_whatever_their_name() {
+        let old_z = plugin("a", "z", Some("2026-11-01T00:00:00Z"));
+        let old_y = plugin("a", "y", Some("2026-11-01T00:00:05Z"));
+        let same_second_b = plugin("a", "b", Some("2026-11-01T00:00:05Z"));
+        let new_a = plugin("a", "a", Some("2026-11-02T00:00:00Z"));
+        let unstamped = plugin("a", "0", None);
+        let elsewhere = plugin("b", "0", Some("2026-10-01T00:00:00Z"));
+        let all = [
+            &old_z,
+            &old_y,
+            &same_second_b,
+            &new_a,
+            &unstamped,
+            &elsewhere,
+        ];
+        let rank = |p: &TrainerPlugin| arrival_rank(all.iter().copied(), p);
+        assert_eq!(rank(&old_z), 0);
+        assert_eq!(
+            rank(&same_second_b),
+            1,
+            "b sorts before y within the second"
+        );
+        assert_eq!(rank(&old_y), 2);
+        assert_eq!(rank(&new_a), 3, "the newcomer ranks after all older ones");
+        assert_eq!(rank(&unstamped), 4, "no creation time: the newest");
+        assert_eq!(rank(&elsewhere), 0, "only its own namespace counts");
+        let cap = Ceiling::new(
+            Some(
+                &serde_json::from_value(
+                    serde_json::json!({"namespaceSelector": {}, "maxPluginsPerNamespace": 3}),
+                )
+                .unwrap(),
+            ),
+            &crate::plugin::Limits::default(),
+        );
+        assert!(cap.admit_count("a", rank(&old_y)).is_ok());
+        let (reason, message) = cap.admit_count("a", rank(&new_a)).unwrap_err();
+        assert_eq!(reason, reason::EXCEEDS_POLICY);
+        assert!(message.contains("maxPluginsPerNamespace (3)"), "{message}");
+    }
 }
