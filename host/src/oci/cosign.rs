@@ -194,6 +194,11 @@ impl TrustedKey {
         })
     }
 
+    /// Whether `other` is the same key (whatever either is called).
+    pub fn same_key(&self, other: &TrustedKey) -> bool {
+        self.point == other.point
+    }
+
     /// Whether `signature_b64` is this key's signature of `message`.
     pub fn verifies(&self, message: &[u8], signature: &[u8]) -> bool {
         UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, &self.point)

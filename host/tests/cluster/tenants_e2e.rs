@@ -38,7 +38,9 @@
 //! 10. a tenant plugin named as a cluster plugin is refused, and its
 //!    namespace goes on;
 //! 11. `maxPluginsPerNamespace` admits the first created: a newcomer whose
-//!    name sorts first is refused and the plugins before it keep serving.
+//!    name sorts first is refused and the plugins before it keep serving;
+//! 12. with `trustedKeys` in the policy, a tenant trusting a key it made
+//!    itself is refused, one trusting the policy's key is verified.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::time::{Duration, Instant};
@@ -48,6 +50,7 @@ use crate::plugin_common::{hostile_declaring, slow_to_compile_component};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
+use trainforge::oci::cosign;
 use trainforge::plugin::sha256_hex;
 use trainforge_api::trainforge::v1alpha1::TrainerPlugin;
 use trainforge_testenv::{Mode, TestEnv};
@@ -1080,6 +1083,69 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     for name in ["cap-z", "cap-a"] {
         delete(&fx.client, TF, "TrainerPlugin", Some(&a), name).await;
     }
+
+    step("12 tenants trust only the keys the policy lists");
+    let (vendor_private, vendor_public) = cosign::generate().unwrap();
+    let (own_private, own_public) = cosign::generate().unwrap();
+    let mut trusting = shipped.clone();
+    trusting["spec"]["trustedKeys"] = json!([{"name": "vendor", "publicKey": vendor_public}]);
+    apply(&fx.client, &trusting).await;
+    for (name, private, public) in [
+        ("self-signed", &own_private, &own_public),
+        ("vendor-signed", &vendor_private, &vendor_public),
+    ] {
+        let component = hostile_declaring(&json!({"name": name, "emits": [["v1", "ConfigMap"]]}));
+        let signature = cosign::SigningKey::from_pem(private.as_bytes())
+            .unwrap()
+            .sign(&component)
+            .unwrap();
+        let module = format!("{name}-module");
+        store_signed_component(&fx.client, &a, &module, &component, &signature).await;
+        // The tenant calls its key "mine" either way: keys are compared by
+        // key, not by name.
+        let verification =
+            json!({"verification": {"keys": [{"name": "mine", "publicKey": public}]}});
+        apply(
+            &fx.client,
+            &trainer_plugin(&a, name, &module, &component, verification),
+        )
+        .await;
+    }
+    let o = wait_tp(&fx, &a, "self-signed", false).await;
+    let (_, reason, message) = cond(&o, "WithinPolicy");
+    assert_eq!(reason, "ExceedsPolicy", "{message}");
+    assert!(
+        message.contains("spec.verification.keys[mine]") && message.contains("trustedKeys"),
+        "{message}"
+    );
+    let o = wait_tp(&fx, &a, "vendor-signed", true).await;
+    let (_, reason, message) = cond(&o, "Verified");
+    assert_eq!(reason, "SignatureVerified", "{message}");
+    step("  a key the tenant made itself refused; the policy's key, under another name, verified");
+    for name in ["self-signed", "vendor-signed"] {
+        delete(&fx.client, TF, "TrainerPlugin", Some(&a), name).await;
+    }
     apply(&fx.client, &shipped).await;
     fx.op.wait_ready().await;
+}
+
+/// [`store_component`] with a blob signature beside it (`plugin.wasm.sig`,
+/// in `data` as `kubectl create configmap --from-file` puts it).
+async fn store_signed_component(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    bytes: &[u8],
+    sig: &str,
+) {
+    store_component(client, ns, name, bytes).await;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
+    cms.patch(
+        name,
+        &PatchParams::apply("trainforge-tests-signature"),
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name}, "data": {"plugin.wasm.sig": sig}})),
+    )
+    .await
+    .unwrap();
 }

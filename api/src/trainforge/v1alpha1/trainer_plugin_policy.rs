@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::cel;
-use super::cluster_trainer_plugin::PluginGrants;
+use super::cluster_trainer_plugin::{PluginGrants, VerificationKey};
 use crate::plugin::{KindRef, Phase};
 
 /// The name of the one `TrainerPluginPolicy` the operator reads.
@@ -85,6 +85,16 @@ pub struct TrainerPluginPolicySpec {
     /// `grants` are allowed on top.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_security: Option<PodSecurityLevel>,
+
+    /// The signing keys tenants may trust. When set, every key in a
+    /// `TrainerPlugin`'s `spec.verification` must be one of these (compared
+    /// by key, not by name). Under the operator's
+    /// `--require-plugin-signatures`, a tenant plugin that is not builtin
+    /// must be signed by one of them: unset, tenants may then serve
+    /// builtins only (a key a tenant generated itself proves nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub trusted_keys: Option<Vec<VerificationKey>>,
 }
 
 /// Where a tenant component may come from.

@@ -28,6 +28,7 @@ use trainforge_api::trainforge::v1alpha1::{
 use crate::controller::catalog::spec::{
     PluginOptions, SpecError, options, parse_memory, parse_timeout,
 };
+use crate::oci::cosign::TrustedKey;
 use crate::plugin::{Grants, Limits, LoadedPlugin, PodGrants};
 
 /// Why a `TrainerPlugin` cannot serve under the ceiling: a condition reason
@@ -52,6 +53,8 @@ pub struct Ceiling {
     grants: Grants,
     restricted: bool,
     max_per_namespace: usize,
+    /// The keys tenants may trust (`None`: the policy lists none).
+    trusted_keys: Option<Vec<TrustedKey>>,
 }
 
 /// `TrainerPlugin`s a namespace may have in service when the policy does
@@ -88,6 +91,7 @@ impl Ceiling {
             grants: Grants::default(),
             restricted: true,
             max_per_namespace: DEFAULT_MAX_PER_NAMESPACE,
+            trusted_keys: None,
         };
         let Some(p) = policy else { return c };
         match c.apply(p) {
@@ -134,6 +138,14 @@ impl Ceiling {
         if let Some(n) = p.max_plugins_per_namespace {
             self.max_per_namespace = usize::try_from(n)
                 .map_err(|_| format!("maxPluginsPerNamespace {n} is not a count"))?;
+        }
+        if let Some(keys) = &p.trusted_keys {
+            let keys = keys
+                .iter()
+                .map(|k| TrustedKey::from_pem(&k.name, &k.public_key))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("trustedKeys: {e}"))?;
+            self.trusted_keys = Some(keys);
         }
         self.restricted = p.pod_security.unwrap_or_default() == PodSecurityLevel::Restricted;
         self.closed = "the TrainerPluginPolicy's namespaceSelector is unset".to_owned();
@@ -196,6 +208,43 @@ impl Ceiling {
                 self.max_per_namespace
             ),
         ))
+    }
+
+    /// Check the keys `spec.verification` trusts. When the policy lists
+    /// `trustedKeys`, each must be one of them (by key; a key that does not
+    /// parse is left to verification, which refuses it). When it lists none
+    /// and the operator requires signatures (`required`), a tenant may
+    /// trust no key at all: one it generated itself would satisfy the
+    /// requirement without meaning anything.
+    pub fn admit_keys(
+        &self,
+        spec: &ClusterTrainerPluginSpec,
+        required: bool,
+    ) -> Result<(), Refusal> {
+        let Some(v) = &spec.verification else {
+            return Ok(());
+        };
+        let exceeds = |m: String| Err((reason::EXCEEDS_POLICY, m));
+        match &self.trusted_keys {
+            None if required => exceeds(
+                "spec.verification: the operator requires plugin signatures and the TrainerPluginPolicy lists no trustedKeys, so tenants may trust no key".to_owned(),
+            ),
+            None => Ok(()),
+            Some(trusted) => {
+                for k in &v.keys {
+                    let Ok(key) = TrustedKey::from_pem(&k.name, &k.public_key) else {
+                        continue;
+                    };
+                    if !trusted.iter().any(|t| t.same_key(&key)) {
+                        return exceeds(format!(
+                            "spec.verification.keys[{}]: not one of the TrainerPluginPolicy's trustedKeys",
+                            k.name
+                        ));
+                    }
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Check the spec of a `TrainerPlugin` in `namespace` (whose labels are
@@ -639,6 +688,62 @@ mod tests {
             .unwrap_err();
         assert_eq!(r, reason::FOREIGN_SOURCE);
         assert!(m.contains("pullSecret"), "{m}");
+    }
+
+    /// Tenants trust only the policy's keys (by key, whatever they call
+    /// it); under required signatures a policy listing none leaves them no
+    /// key to trust; an unparsable trusted key makes the policy unusable.
+    #[test]
+    fn tenants_trust_only_the_policys_keys() {
+        let (_, vendor) = crate::oci::cosign::generate().unwrap();
+        let (_, own) = crate::oci::cosign::generate().unwrap();
+        let with_keys = |keys: serde_json::Value| {
+            let mut s = cm("a");
+            s["verification"] = serde_json::json!({ "keys": keys });
+            spec(s)
+        };
+        let vendor_renamed = with_keys(serde_json::json!([{"name": "mine", "publicKey": vendor}]));
+        let self_made = with_keys(serde_json::json!([{"name": "mine", "publicKey": own}]));
+        let unsigned = spec(cm("a"));
+
+        let listing = Ceiling::new(
+            Some(&policy(serde_json::json!({"namespaceSelector": {},
+                "trustedKeys": [{"name": "vendor", "publicKey": vendor}]}))),
+            &Limits::default(),
+        );
+        for required in [false, true] {
+            assert!(listing.admit_keys(&vendor_renamed, required).is_ok());
+            assert!(
+                listing.admit_keys(&unsigned, required).is_ok(),
+                "left to verification"
+            );
+            let (r, m) = listing.admit_keys(&self_made, required).unwrap_err();
+            assert_eq!(r, reason::EXCEEDS_POLICY);
+            assert!(
+                m.contains("spec.verification.keys[mine]") && m.contains("trustedKeys"),
+                "{m}"
+            );
+        }
+
+        let silent = Ceiling::new(
+            Some(&policy(serde_json::json!({"namespaceSelector": {}}))),
+            &Limits::default(),
+        );
+        assert!(
+            silent.admit_keys(&self_made, false).is_ok(),
+            "keys are the tenant's own business"
+        );
+        let (r, m) = silent.admit_keys(&self_made, true).unwrap_err();
+        assert_eq!(r, reason::EXCEEDS_POLICY);
+        assert!(m.contains("lists no trustedKeys"), "{m}");
+
+        let broken = Ceiling::new(
+            Some(&policy(serde_json::json!({"namespaceSelector": {},
+                "trustedKeys": [{"name": "bad", "publicKey": "not a key"}]}))),
+            &Limits::default(),
+        );
+        let (_, m) = broken.options("a", &labels(&[]), &unsigned).unwrap_err();
+        assert!(m.contains("trustedKeys") && m.contains("bad"), "{m}");
     }
 
     #[test]

@@ -415,6 +415,10 @@ async fn decide(
         Ok(o) => o,
         Err((r, m)) => return refused(uid, generation, selector, r, m),
     };
+    let required = ctx.loader.fetcher.require_signatures();
+    if let Err((r, m)) = ceiling.admit_keys(&obj.spec.plugin, required) {
+        return refused(uid, generation, selector, r, m);
+    }
     let check = |p: &crate::plugin::LoadedPlugin| ceiling.check_plugin(p);
     // Serving this generation with these options: nothing to load, but
     // what it declares is checked against the ceiling again.

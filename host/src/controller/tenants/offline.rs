@@ -99,6 +99,10 @@ pub fn load(
     let opts = ceiling
         .options(&namespace, &BTreeMap::new(), &tp.spec.plugin)
         .map_err(refused)?;
+    // The operator's --require-plugin-signatures is not known offline.
+    ceiling
+        .admit_keys(&tp.spec.plugin, false)
+        .map_err(refused)?;
     let mut src = plugin_source(
         format!("{namespace}/{name}"),
         bytes,
