@@ -3,7 +3,7 @@
 //! engine's `precompile_compatibility_hash` (wasmtime version + `Config`).
 
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::{Condvar, Mutex};
@@ -82,6 +82,91 @@ impl Drop for Permit<'_> {
     }
 }
 
+/// The one compile slot tenants share, handed out in turn by namespace: a
+/// namespace's next waiting compile goes after the next one of every other
+/// namespace waiting, so a tenant with many (or crafted slow) components
+/// queued costs another tenant at most one of its compiles per turn, not
+/// all of them. Within a namespace, first come first served.
+struct TenantSlot {
+    state: Mutex<TenantQueue>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct TenantQueue {
+    busy: bool,
+    /// The ticket that may take the slot now.
+    granted: Option<u64>,
+    next_ticket: u64,
+    /// Namespaces with compiles waiting, in turn order, each with its
+    /// tickets in arrival order.
+    turns: VecDeque<(String, VecDeque<u64>)>,
+}
+
+impl TenantQueue {
+    /// Grant the slot to the next namespace's first ticket; that
+    /// namespace goes to the back of the line if it has more.
+    fn grant_next(&mut self) {
+        if self.busy || self.granted.is_some() {
+            return;
+        }
+        let Some((ns, mut tickets)) = self.turns.pop_front() else {
+            return;
+        };
+        self.granted = tickets.pop_front();
+        if !tickets.is_empty() {
+            self.turns.push_back((ns, tickets));
+        }
+    }
+}
+
+struct TenantPermit<'a>(&'a TenantSlot);
+
+impl TenantSlot {
+    fn new() -> Self {
+        TenantSlot {
+            state: Mutex::new(TenantQueue::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Wait for the slot on behalf of `namespace`'s compile.
+    fn acquire(&self, namespace: &str) -> TenantPermit<'_> {
+        let mut q = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let ticket = q.next_ticket;
+        q.next_ticket += 1;
+        match q.turns.iter_mut().find(|(ns, _)| ns == namespace) {
+            Some((_, tickets)) => tickets.push_back(ticket),
+            None => q
+                .turns
+                .push_back((namespace.to_owned(), VecDeque::from([ticket]))),
+        }
+        q.grant_next();
+        while q.granted != Some(ticket) {
+            q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+        q.granted = None;
+        q.busy = true;
+        TenantPermit(self)
+    }
+
+    /// How many compiles wait for the slot.
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
+        let q = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        q.turns.iter().map(|(_, t)| t.len()).sum::<usize>() + usize::from(q.granted.is_some())
+    }
+}
+
+impl Drop for TenantPermit<'_> {
+    fn drop(&mut self) {
+        let mut q = self.0.state.lock().unwrap_or_else(|p| p.into_inner());
+        q.busy = false;
+        q.grant_next();
+        self.0.changed.notify_all();
+    }
+}
+
 /// The compiled-component cache.
 pub(crate) struct ArtifactCache {
     dir: Option<PathBuf>,
@@ -93,8 +178,9 @@ pub(crate) struct ArtifactCache {
     compiling: Permits,
     /// The one compilation of a tenant plugin that may run at once, apart
     /// from the others: tenants' components (crafted to be slow, or many)
-    /// never make a cluster plugin wait to compile.
-    tenant_compiling: Permits,
+    /// never make a cluster plugin wait to compile, and take turns by
+    /// namespace.
+    tenant_compiling: TenantSlot,
 }
 
 impl ArtifactCache {
@@ -110,7 +196,7 @@ impl ArtifactCache {
             engine_hash: engine_hash(engine),
             memory: Mutex::new(HashMap::new()),
             compiling: Permits::new(parallel_compiles),
-            tenant_compiling: Permits::new(1),
+            tenant_compiling: TenantSlot::new(),
         }
     }
 
@@ -126,8 +212,9 @@ impl ArtifactCache {
     /// Get the compiled component for `bytes` (digest `sha256`): from
     /// memory, from a shipped artifact, from a disk artifact, or by calling
     /// `compile` (which returns
-    /// the component and its artifact) and caching the result. A `tenant`
-    /// component compiles in the tenants' own slot. With `remember` false
+    /// the component and its artifact) and caching the result. A tenant's
+    /// component (`tenant`: its namespace) compiles in the tenants' own
+    /// slot, in turn with other namespaces. With `remember` false
     /// the component is not kept in memory (its code is mapped only while
     /// the caller holds it; see `super::code`).
     pub(crate) fn get_or_compile<E>(
@@ -135,7 +222,7 @@ impl ArtifactCache {
         engine: &Engine,
         sha256: &str,
         bytes: &[u8],
-        tenant: bool,
+        tenant: Option<&str>,
         remember: bool,
         compile: impl FnOnce(&[u8]) -> Result<(Component, Vec<u8>), E>,
     ) -> Result<(Component, CacheOutcome), E> {
@@ -176,10 +263,9 @@ impl ArtifactCache {
         // memory grows with the functions compiled at once (an operator
         // starting with a dozen plugins compiled together peaked at 1.8 GB);
         // in children, each is capped but still costs a core.
-        let _permit = if tenant {
-            self.tenant_compiling.acquire()
-        } else {
-            self.compiling.acquire()
+        let (_cluster_permit, _tenant_permit) = match tenant {
+            Some(namespace) => (None, Some(self.tenant_compiling.acquire(namespace))),
+            None => (Some(self.compiling.acquire()), None),
         };
         // Whoever held a permit may just have compiled this very module.
         if let Some(c) = self.memory.lock().ok().and_then(|m| m.get(&key).cloned()) {
@@ -250,5 +336,56 @@ impl ArtifactCache {
         if let Ok(mut m) = self.memory.lock() {
             m.clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// Wait until `n` compiles wait for the slot.
+    fn until_waiting(slot: &TenantSlot, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while slot.waiting() < n {
+            assert!(Instant::now() < deadline, "{n} waiters never queued");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Tenant A queues three compiles behind its running one, then tenant
+    /// B queues one: B's goes second, not last (first come first served
+    /// would put it behind all of A's).
+    #[test]
+    fn tenants_take_turns_for_their_compile_slot() {
+        let slot = Arc::new(TenantSlot::new());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let running = slot.acquire("team-a");
+        let mut threads = Vec::new();
+        for (i, (ns, label)) in [
+            ("team-a", "a2"),
+            ("team-a", "a3"),
+            ("team-a", "a4"),
+            ("team-b", "b1"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (theirs, order) = (slot.clone(), order.clone());
+            threads.push(std::thread::spawn(move || {
+                let _p = theirs.acquire(ns);
+                order.lock().unwrap().push(label);
+            }));
+            until_waiting(&slot, i + 1);
+        }
+        drop(running);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), ["a2", "b1", "a3", "a4"]);
+        assert_eq!(slot.waiting(), 0);
+        // Free again: a new compile takes it at once.
+        drop(slot.acquire("team-c"));
     }
 }

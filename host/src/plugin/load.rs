@@ -181,7 +181,7 @@ impl PluginRuntime {
             &label,
             &sha256,
             &src.bytes,
-            src.tenant.is_some(),
+            src.tenant.as_deref(),
             !on_demand,
         )?;
         let loaded = self.finish_load(&label, &sha256, component, src, on_demand);
@@ -210,7 +210,7 @@ impl PluginRuntime {
         let (label, sha256) = (label.to_owned(), sha256.to_owned());
         Box::new(move || {
             let _span = tracing::debug_span!("map_plugin_code", plugin = %label).entered();
-            let (component, _) = compiled_with(&env, &label, &sha256, &bytes, false, false)?;
+            let (component, _) = compiled_with(&env, &label, &sha256, &bytes, None, false)?;
             link(&linker, &component).map_err(|message| Error::LoadFailed {
                 plugin: label.clone(),
                 message: bounded::message(&format!("mapping its code again: {message}")),
@@ -399,7 +399,7 @@ fn compiled_with(
     label: &str,
     sha256: &str,
     bytes: &[u8],
-    tenant: bool,
+    tenant: Option<&str>,
     remember: bool,
 ) -> Result<(Component, CacheOutcome), Error> {
     env.cache
