@@ -7,8 +7,12 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 use wasmtime::Engine;
 use wasmtime::component::Component;
+
+use super::compile::CompileError;
 
 /// Where a component came from on this load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,8 +134,13 @@ impl TenantSlot {
         }
     }
 
-    /// Wait for the slot on behalf of `namespace`'s compile.
-    fn acquire(&self, namespace: &str) -> TenantPermit<'_> {
+    /// Wait for the slot on behalf of `namespace`'s compile; `None` when
+    /// `cancel` fires first (the turn passes on).
+    fn acquire(
+        &self,
+        namespace: &str,
+        cancel: Option<&CancellationToken>,
+    ) -> Option<TenantPermit<'_>> {
         let mut q = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let ticket = q.next_ticket;
         q.next_ticket += 1;
@@ -143,11 +152,28 @@ impl TenantSlot {
         }
         q.grant_next();
         while q.granted != Some(ticket) {
-            q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
+            if cancel.is_some_and(CancellationToken::is_cancelled) {
+                for (_, tickets) in &mut q.turns {
+                    tickets.retain(|t| *t != ticket);
+                }
+                q.turns.retain(|(_, tickets)| !tickets.is_empty());
+                return None;
+            }
+            // Woken by a release, or every 50 ms to look at `cancel`.
+            q = self
+                .changed
+                .wait_timeout(q, Duration::from_millis(50))
+                .map(|(q, _)| q)
+                .unwrap_or_else(|p| p.into_inner().0);
         }
         q.granted = None;
+        if cancel.is_some_and(CancellationToken::is_cancelled) {
+            q.grant_next();
+            self.changed.notify_all();
+            return None;
+        }
         q.busy = true;
-        TenantPermit(self)
+        Some(TenantPermit(self))
     }
 
     /// How many compiles wait for the slot.
@@ -217,15 +243,17 @@ impl ArtifactCache {
     /// slot, in turn with other namespaces. With `remember` false
     /// the component is not kept in memory (its code is mapped only while
     /// the caller holds it; see `super::code`).
-    pub(crate) fn get_or_compile<E>(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn get_or_compile(
         &self,
         engine: &Engine,
         sha256: &str,
         bytes: &[u8],
         tenant: Option<&str>,
+        cancel: Option<&CancellationToken>,
         remember: bool,
-        compile: impl FnOnce(&[u8]) -> Result<(Component, Vec<u8>), E>,
-    ) -> Result<(Component, CacheOutcome), E> {
+        compile: impl FnOnce(&[u8]) -> Result<(Component, Vec<u8>), CompileError>,
+    ) -> Result<(Component, CacheOutcome), CompileError> {
         let remember = |key: &str, c: &Component| {
             if remember {
                 self.remember(key, c);
@@ -264,7 +292,10 @@ impl ArtifactCache {
         // starting with a dozen plugins compiled together peaked at 1.8 GB);
         // in children, each is capped but still costs a core.
         let (_cluster_permit, _tenant_permit) = match tenant {
-            Some(namespace) => (None, Some(self.tenant_compiling.acquire(namespace))),
+            Some(namespace) => match self.tenant_compiling.acquire(namespace, cancel) {
+                Some(p) => (None, Some(p)),
+                None => return Err(CompileError::Cancelled),
+            },
             None => (Some(self.compiling.acquire()), None),
         };
         // Whoever held a permit may just have compiled this very module.
@@ -361,7 +392,7 @@ mod tests {
     fn tenants_take_turns_for_their_compile_slot() {
         let slot = Arc::new(TenantSlot::new());
         let order = Arc::new(Mutex::new(Vec::new()));
-        let running = slot.acquire("team-a");
+        let running = slot.acquire("team-a", None).unwrap();
         let mut threads = Vec::new();
         for (i, (ns, label)) in [
             ("team-a", "a2"),
@@ -374,7 +405,7 @@ mod tests {
         {
             let (theirs, order) = (slot.clone(), order.clone());
             threads.push(std::thread::spawn(move || {
-                let _p = theirs.acquire(ns);
+                let _p = theirs.acquire(ns, None).unwrap();
                 order.lock().unwrap().push(label);
             }));
             until_waiting(&slot, i + 1);
@@ -386,6 +417,31 @@ mod tests {
         assert_eq!(*order.lock().unwrap(), ["a2", "b1", "a3", "a4"]);
         assert_eq!(slot.waiting(), 0);
         // Free again: a new compile takes it at once.
-        drop(slot.acquire("team-c"));
+        drop(slot.acquire("team-c", None).unwrap());
+    }
+
+    /// A queued compile whose plugin is gone leaves the queue: cancelled
+    /// while waiting it gets no slot, and the next one gets its turn.
+    #[test]
+    fn a_cancelled_compile_leaves_the_queue() {
+        let slot = Arc::new(TenantSlot::new());
+        let running = slot.acquire("team-a", None).unwrap();
+        let cancel = CancellationToken::new();
+        let waiter = {
+            let (slot, cancel) = (slot.clone(), cancel.clone());
+            std::thread::spawn(move || slot.acquire("team-a", Some(&cancel)).is_none())
+        };
+        until_waiting(&slot, 1);
+        let next = {
+            let slot = slot.clone();
+            std::thread::spawn(move || drop(slot.acquire("team-b", None).unwrap()))
+        };
+        until_waiting(&slot, 2);
+        cancel.cancel();
+        assert!(waiter.join().unwrap(), "the cancelled compile got the slot");
+        assert_eq!(slot.waiting(), 1);
+        drop(running);
+        next.join().unwrap();
+        assert_eq!(slot.waiting(), 0);
     }
 }

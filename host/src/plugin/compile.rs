@@ -92,6 +92,10 @@ pub enum CompileError {
     /// The host could not run the compilation (spawn, temporary files).
     #[error("running the compiler: {0}")]
     Host(String),
+    /// Cancelled while queued or compiling (its `TrainerPlugin` was
+    /// deleted or changed).
+    #[error("compilation cancelled: the TrainerPlugin was deleted or changed")]
+    Cancelled,
 }
 
 /// Compile `bytes` for `engine`. Returns the component (loaded into
@@ -102,6 +106,7 @@ pub fn compile(
     engine: &Engine,
     compiler_config: &Config,
     bytes: &[u8],
+    cancel: Option<&tokio_util::sync::CancellationToken>,
 ) -> Result<(Component, Vec<u8>), CompileError> {
     match compiler {
         Compiler::InProcess => {
@@ -112,7 +117,7 @@ pub fn compile(
             Ok((component, artifact))
         }
         Compiler::Subprocess { program, args } => {
-            let artifact = in_child(program, args, limits, bytes)?;
+            let artifact = in_child(program, args, limits, bytes, cancel)?;
             let component = trainforge_precompiled::from_worker_artifact(engine, &artifact)
                 .map_err(|e| CompileError::Host(format!("loading the compiled artifact: {e:#}")))?;
             Ok((component, artifact))
@@ -128,6 +133,7 @@ fn in_child(
     args: &[String],
     limits: CompileLimits,
     bytes: &[u8],
+    cancel: Option<&tokio_util::sync::CancellationToken>,
 ) -> Result<Vec<u8>, CompileError> {
     let host = |what: &str, e: std::io::Error| CompileError::Host(format!("{what}: {e}"));
     let dir = tempfile::Builder::new()
@@ -165,6 +171,11 @@ fn in_child(
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(CompileError::Timeout(limits.timeout));
+            }
+            Ok(None) if cancel.is_some_and(|c| c.is_cancelled()) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(CompileError::Cancelled);
             }
             Ok(None) => {
                 std::thread::sleep(pause);

@@ -182,6 +182,7 @@ impl PluginRuntime {
             &sha256,
             &src.bytes,
             src.tenant.as_deref(),
+            src.cancel.as_ref(),
             !on_demand,
         )?;
         let loaded = self.finish_load(&label, &sha256, component, src, on_demand);
@@ -210,7 +211,7 @@ impl PluginRuntime {
         let (label, sha256) = (label.to_owned(), sha256.to_owned());
         Box::new(move || {
             let _span = tracing::debug_span!("map_plugin_code", plugin = %label).entered();
-            let (component, _) = compiled_with(&env, &label, &sha256, &bytes, None, false)?;
+            let (component, _) = compiled_with(&env, &label, &sha256, &bytes, None, None, false)?;
             link(&linker, &component).map_err(|message| Error::LoadFailed {
                 plugin: label.clone(),
                 message: bounded::message(&format!("mapping its code again: {message}")),
@@ -400,18 +401,28 @@ fn compiled_with(
     sha256: &str,
     bytes: &[u8],
     tenant: Option<&str>,
+    cancel: Option<&tokio_util::sync::CancellationToken>,
     remember: bool,
 ) -> Result<(Component, CacheOutcome), Error> {
     env.cache
-        .get_or_compile(&env.engine, sha256, bytes, tenant, remember, |bytes| {
-            compile(
-                &env.compiler,
-                env.limits,
-                &env.engine,
-                &env.compiler_config,
-                bytes,
-            )
-        })
+        .get_or_compile(
+            &env.engine,
+            sha256,
+            bytes,
+            tenant,
+            cancel,
+            remember,
+            |bytes| {
+                compile(
+                    &env.compiler,
+                    env.limits,
+                    &env.engine,
+                    &env.compiler_config,
+                    bytes,
+                    cancel,
+                )
+            },
+        )
         .map_err(|e| match e {
             CompileError::Timeout(_) | CompileError::Memory(_) => Error::CompileLimit {
                 plugin: label.to_owned(),

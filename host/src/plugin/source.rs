@@ -103,6 +103,10 @@ pub struct PluginSource {
     /// (`None` for a cluster plugin). The call observer sees the plugin as
     /// `<namespace>/<name>`.
     pub tenant: Option<String>,
+    /// Cancels this load's compilation of a tenant's component: a queued
+    /// one never starts, a running one's worker is killed (its
+    /// `TrainerPlugin` was deleted or changed meanwhile).
+    pub cancel: Option<tokio_util::sync::CancellationToken>,
 }
 
 impl PluginSource {
@@ -122,6 +126,7 @@ impl PluginSource {
             allowed_reads: None,
             phases: None,
             tenant: None,
+            cancel: None,
         }
     }
 

@@ -35,6 +35,7 @@
 //!    is refused (`AddressNotAllowed`);
 //! 9. tenants' components crafted to be slow to compile queue for the
 //!    tenants' own compile slot: a cluster plugin compiles meanwhile;
+//!    deleting them cancels their compiles, queued or running (9b);
 //! 10. a tenant plugin named as a cluster plugin is refused, and its
 //!    namespace goes on;
 //! 11. `maxPluginsPerNamespace` admits the first created: a newcomer whose
@@ -957,6 +958,7 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     }
 
     step("9 tenants' slow compiles never hold up a cluster plugin's");
+    let queued = Instant::now();
     for i in 0..2 {
         let slow = slow_to_compile_component(3000 + i, 600);
         let name = format!("slow-{i}");
@@ -1004,6 +1006,52 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
         assert_eq!(cond(&o, "Compiled").1, "CompileLimit", "{o}");
         delete(&fx.client, TF, "TrainerPlugin", Some(&a), &name).await;
     }
+    // Both compiles, one after the other.
+    let both_slow = queued.elapsed();
+
+    step("9b deleting tenant plugins cancels their compiles, queued or running");
+    for i in 0..2 {
+        let slow = slow_to_compile_component(3100 + i, 600);
+        let name = format!("slower-{i}");
+        store_component(&fx.client, &a, &name, &slow).await;
+        apply(
+            &fx.client,
+            &trainer_plugin(&a, &name, &name, &slow, json!({})),
+        )
+        .await;
+    }
+    // One compiles, the other waits for the tenants' slot.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for i in 0..2 {
+        delete(
+            &fx.client,
+            TF,
+            "TrainerPlugin",
+            Some(&a),
+            &format!("slower-{i}"),
+        )
+        .await;
+    }
+    let next = hostile_declaring(&json!({"name": "after-cancel", "emits": [["v1", "ConfigMap"]]}));
+    store_component(&fx.client, &a, "after-cancel-module", &next).await;
+    let started = Instant::now();
+    apply(
+        &fx.client,
+        &trainer_plugin(&a, "after-cancel", "after-cancel-module", &next, json!({})),
+    )
+    .await;
+    wait_tp(&fx, &a, "after-cancel", true).await;
+    let next_ready = started.elapsed();
+    step(&format!(
+        "the namespace's next plugin served {:.1}s after two slow compiles were deleted (the two took {:.1}s when left to run)",
+        next_ready.as_secs_f64(),
+        both_slow.as_secs_f64()
+    ));
+    assert!(
+        next_ready * 3 < both_slow,
+        "the deleted plugins' compiles still ran: {next_ready:?}, against {both_slow:?} for both"
+    );
+    delete(&fx.client, TF, "TrainerPlugin", Some(&a), "after-cancel").await;
 
     step("10 a tenant plugin named as a cluster plugin is refused, and its namespace goes on");
     let shared = hostile_declaring(&json!({"name": "shared-name", "emits": [["v1", "ConfigMap"]]}));

@@ -71,6 +71,8 @@ pub(crate) struct Tenancy<'a> {
     pub(crate) options: super::spec::PluginOptions,
     /// Refuses a loaded plugin that declares more than the ceiling allows.
     pub(crate) check: &'a TenantCheck<'a>,
+    /// Cancels the compile when the `TrainerPlugin` is deleted or changed.
+    pub(crate) cancel: Option<tokio_util::sync::CancellationToken>,
 }
 
 struct Ctx {
@@ -410,6 +412,7 @@ pub(crate) async fn attempt(
         catalog.objects().clone(),
     );
     src.tenant = tenancy.as_ref().map(|t| t.namespace.to_owned());
+    src.cancel = tenancy.as_ref().and_then(|t| t.cancel.clone());
     let runtime = catalog.runtime().clone();
     let loaded = tokio::task::spawn_blocking(move || runtime.load(src)).await;
     let plugin = match loaded {

@@ -90,7 +90,55 @@ fn arrival_rank<'a>(all: impl Iterator<Item = &'a TrainerPlugin>, obj: &TrainerP
 /// The Event reporter of this controller.
 pub const EVENT_REPORTER: &str = "trainforge-trainerplugin-controller";
 
+/// The compile in progress of each `TrainerPlugin` (by namespace and name):
+/// the generation it is for, and what cancels it.
+#[derive(Default)]
+struct Compiles(std::sync::Mutex<BTreeMap<(String, String), (i64, CancellationToken)>>);
+
+impl Compiles {
+    /// A token for compiling generation `generation` of `ns/name`; an
+    /// earlier one of the same plugin is cancelled.
+    fn start(&self, ns: &str, name: &str, generation: i64) -> CancellationToken {
+        let token = CancellationToken::new();
+        if let Ok(mut m) = self.0.lock()
+            && let Some((_, old)) = m.insert(
+                (ns.to_owned(), name.to_owned()),
+                (generation, token.clone()),
+            )
+        {
+            old.cancel();
+        }
+        token
+    }
+
+    /// The compile with `token` is over.
+    fn finish(&self, ns: &str, name: &str, token: &CancellationToken) {
+        if let Ok(mut m) = self.0.lock() {
+            let key = (ns.to_owned(), name.to_owned());
+            if m.get(&key).is_some_and(|(_, t)| t.eq(token)) {
+                m.remove(&key);
+            }
+        }
+    }
+
+    /// Cancel the compile of `ns/name` when it is for a generation before
+    /// `generation` (`None`: the plugin is gone, cancel any).
+    fn cancel(&self, ns: &str, name: &str, generation: Option<i64>) {
+        if let Ok(mut m) = self.0.lock() {
+            let key = (ns.to_owned(), name.to_owned());
+            if m.get(&key)
+                .is_some_and(|(g, _)| generation.is_none_or(|n| *g < n))
+                && let Some((g, token)) = m.remove(&key)
+            {
+                tracing::info!(namespace = %ns, plugin = %name, generation = g, "cancelling the compile of a deleted or changed TrainerPlugin");
+                token.cancel();
+            }
+        }
+    }
+}
+
 struct Ctx {
+    compiles: Arc<Compiles>,
     loader: Loader,
     recorder: Recorder,
     tenants: Arc<TenantPlugins>,
@@ -229,7 +277,9 @@ pub async fn run(
     }
     let api: Api<TrainerPlugin> = Api::all(client.clone());
     let (store, writer) = reflector::store::<TrainerPlugin>();
+    let compiles = Arc::new(Compiles::default());
     let events = {
+        let compiles = compiles.clone();
         let tenants = tenants.clone();
         let store = store.clone();
         // A deletion can let a plugin past maxPluginsPerNamespace serve, a
@@ -243,7 +293,14 @@ pub async fn run(
                     let name = obj.metadata.name.clone().unwrap_or_default();
                     tracing::info!(namespace = %ns, plugin = %name, "TrainerPlugin deleted; taking its plugin out of service");
                     tenants.remove(&ns, &name, obj.metadata.uid.as_deref());
+                    compiles.cancel(&ns, &name, None);
                     let _ = deleted.send(());
+                }
+                // A new spec: a compile of an older one is of no use.
+                Ok(watcher::Event::Apply(obj)) if obj.status.is_some() => {
+                    let ns = obj.metadata.namespace.clone().unwrap_or_default();
+                    let name = obj.metadata.name.clone().unwrap_or_default();
+                    compiles.cancel(&ns, &name, obj.metadata.generation);
                 }
                 // A newcomer (no status yet) created in the same second as
                 // a serving plugin may rank before it (by name): every
@@ -283,6 +340,7 @@ pub async fn run(
         rx.changed().await.ok().map(|()| ((), rx))
     });
     let ctx = Arc::new(Ctx {
+        compiles,
         recorder,
         loader: Loader {
             client: client.clone(),
@@ -440,10 +498,12 @@ async fn decide(
         };
     }
     let label = format!("{ns}/{name}");
+    let cancel = ctx.compiles.start(ns, name, generation);
     let tenancy = Tenancy {
         namespace: ns,
         options: options.clone(),
         check: &check,
+        cancel: Some(cancel.clone()),
     };
     let pin = Pin::recorded(obj.status.as_ref(), Some(generation));
     let (a, candidate) = attempt(
@@ -455,6 +515,7 @@ async fn decide(
         Some(tenancy),
     )
     .await;
+    ctx.compiles.finish(ns, name, &cancel);
     let serving = match (&a.failure, candidate) {
         (None, c) => c,
         (Some((r, _)), _) if is_policy_refusal(r) => None,
@@ -499,6 +560,7 @@ async fn restore(
         namespace: ns,
         options,
         check: &check,
+        cancel: None,
     };
     restore_with(label, status, &ctx.loader, Some(tenancy)).await
 }
