@@ -257,7 +257,7 @@ fn rj<'a>(js: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no replicated job {name}: {}", js["spec"]))
 }
 
-fn pod_spec<'a>(rj: &'a Value) -> &'a Value {
+fn pod_spec(rj: &Value) -> &Value {
     &rj["template"]["spec"]["template"]["spec"]
 }
 

@@ -37,11 +37,11 @@
 //!    tenants' own compile slot: a cluster plugin compiles meanwhile;
 //!    deleting them cancels their compiles, queued or running (9b);
 //! 10. a tenant plugin named as a cluster plugin is refused, and its
-//!    namespace goes on;
+//!     namespace goes on;
 //! 11. `maxPluginsPerNamespace` admits the first created: a newcomer whose
-//!    name sorts first is refused and the plugins before it keep serving;
+//!     name sorts first is refused and the plugins before it keep serving;
 //! 12. with `trustedKeys` in the policy, a tenant trusting a key it made
-//!    itself is refused, one trusting the policy's key is verified.
+//!     itself is refused, one trusting the policy's key is verified.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::time::{Duration, Instant};
@@ -959,18 +959,8 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
 
     step("9 tenants' slow compiles never hold up a cluster plugin's");
     let queued = Instant::now();
-    for i in 0..2 {
-        let slow = slow_to_compile_component(3000 + i, 600);
-        let name = format!("slow-{i}");
-        store_component(&fx.client, &a, &name, &slow).await;
-        apply(
-            &fx.client,
-            &trainer_plugin(&a, &name, &name, &slow, json!({})),
-        )
-        .await;
-    }
     // Both are fetched and queued to compile (one at a time for tenants).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    queue_slow_compiles(&fx, &a, "slow", 3000).await;
     let fresh =
         hostile_declaring(&json!({"name": "cluster-fresh", "emits": [["v1", "ConfigMap"]]}));
     let started = Instant::now();
@@ -1010,18 +1000,8 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     let both_slow = queued.elapsed();
 
     step("9b deleting tenant plugins cancels their compiles, queued or running");
-    for i in 0..2 {
-        let slow = slow_to_compile_component(3100 + i, 600);
-        let name = format!("slower-{i}");
-        store_component(&fx.client, &a, &name, &slow).await;
-        apply(
-            &fx.client,
-            &trainer_plugin(&a, &name, &name, &slow, json!({})),
-        )
-        .await;
-    }
     // One compiles, the other waits for the tenants' slot.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    queue_slow_compiles(&fx, &a, "slower", 3100).await;
     for i in 0..2 {
         delete(
             &fx.client,
@@ -1175,6 +1155,23 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     }
     apply(&fx.client, &shipped).await;
     fx.op.wait_ready().await;
+}
+
+/// Two `TrainerPlugin`s `<prefix>-0` and `<prefix>-1` in `ns` whose
+/// components are crafted to be slow to compile (`seed` makes them differ
+/// from other steps'), given 2 s to be fetched and queued.
+async fn queue_slow_compiles(fx: &Fx, ns: &str, prefix: &str, seed: usize) {
+    for i in 0..2 {
+        let slow = slow_to_compile_component(seed + i, 600);
+        let name = format!("{prefix}-{i}");
+        store_component(&fx.client, ns, &name, &slow).await;
+        apply(
+            &fx.client,
+            &trainer_plugin(ns, &name, &name, &slow, json!({})),
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
 }
 
 /// [`store_component`] with a blob signature beside it (`plugin.wasm.sig`,
