@@ -41,7 +41,10 @@
 //! 11. `maxPluginsPerNamespace` admits the first created: a newcomer whose
 //!     name sorts first is refused and the plugins before it keep serving;
 //! 12. with `trustedKeys` in the policy, a tenant trusting a key it made
-//!     itself is refused, one trusting the policy's key is verified.
+//!     itself is refused, one trusting the policy's key is verified;
+//! 13. after a restart, a TrainJob whose namespace's tenant plugins are
+//!     still loading reads `PluginsReady=False` `TenantPluginsLoading`
+//!     until it is built.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::time::{Duration, Instant};
@@ -1154,6 +1157,66 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
         delete(&fx.client, TF, "TrainerPlugin", Some(&a), name).await;
     }
     apply(&fx.client, &shipped).await;
+
+    step("13 after a restart, a TrainJob waiting for its namespace's tenant plugins says so");
+    // A TrainerPlugin that takes long to compile (and fails), applied just
+    // before the operator is killed, is new to the restarted operator: its
+    // namespace's TrainJobs wait for it.
+    let slow = slow_to_compile_component(3300, 600);
+    store_component(&fx.client, &b, "slow-at-start", &slow).await;
+    apply(
+        &fx.client,
+        &trainer_plugin(&b, "slow-at-start", "slow-at-start", &slow, json!({})),
+    )
+    .await;
+    fx.op.kill();
+    fx.op.restart("operator-tenants-3");
+    fx.op.wait_ready().await;
+    apply(&fx.client, &plain(&b, "waits-for-tenants", json!({}))).await;
+    let waiting = eventually(
+        "PluginsReady=False TenantPluginsLoading",
+        TIMEOUT,
+        || async {
+            let o = get(
+                &fx.client,
+                TRAINJOB_API,
+                "TrainJob",
+                Some(&b),
+                "waits-for-tenants",
+            )
+            .await?;
+            let c = condition(&o, "PluginsReady")?.clone();
+            (c["reason"] == "TenantPluginsLoading").then_some(c)
+        },
+    )
+    .await;
+    assert_eq!(waiting["status"], "False", "{waiting}");
+    let message = waiting["message"].as_str().unwrap();
+    assert!(message.contains(&format!("namespace {b}")), "{message}");
+    assert!(
+        get(&fx.client, JOBSET, "JobSet", Some(&b), "waits-for-tenants")
+            .await
+            .is_none(),
+        "built before the namespace's tenant plugins were loaded"
+    );
+    // The compile ends (refused): the TrainJob is built and the condition goes.
+    wait_jobset(&fx, &b, "waits-for-tenants").await;
+    eventually("PluginsReady removed", TIMEOUT, || async {
+        let o = get(
+            &fx.client,
+            TRAINJOB_API,
+            "TrainJob",
+            Some(&b),
+            "waits-for-tenants",
+        )
+        .await?;
+        condition(&o, "PluginsReady").is_none().then_some(())
+    })
+    .await;
+    step(
+        "  PluginsReady=False TenantPluginsLoading while it waited; built, and the condition gone, once loaded",
+    );
+    delete(&fx.client, TF, "TrainerPlugin", Some(&b), "slow-at-start").await;
     fx.op.wait_ready().await;
 }
 

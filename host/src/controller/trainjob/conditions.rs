@@ -50,6 +50,10 @@ pub const REASON_NO_SERVING_PLUGINS: &str = "NoServingPlugins";
 /// Reason of `PluginsReady=False` (and `Blocked=True`) while a policy of the
 /// TrainJob's runtime is declared by no serving plugin.
 pub const REASON_POLICY_NOT_SERVED: &str = "PolicyNotServed";
+/// Reason of `PluginsReady=False` while the TrainJob's namespace's tenant
+/// plugins are still loading after the operator started (nothing is built
+/// until they are).
+pub const REASON_TENANT_PLUGINS_LOADING: &str = "TenantPluginsLoading";
 /// Condition type of the extension: `True` while the TrainJob's objects
 /// cannot be built or applied for a cause that can go away, absent
 /// otherwise.

@@ -497,9 +497,11 @@ enum TenantSet {
         Result<Vec<TenantRef>, crate::controller::tenants::ComposeError>,
         Option<tokio::sync::OwnedSemaphorePermit>,
     ),
-    /// Every permit of the namespace is in use, or its tenant plugins are
-    /// still loading after a start.
+    /// Every permit of the namespace is in use.
     Busy,
+    /// Its tenant plugins are still loading after a start (the message
+    /// says so).
+    Loading(String),
 }
 
 /// When a TrainJob whose namespace's permits were taken comes back:
@@ -526,7 +528,9 @@ impl Reconcile<'_> {
                 Some(p) => TenantSet::Set(c.set, Ok(c.tenants), Some(p)),
                 None => TenantSet::Busy,
             },
-            Err(crate::controller::tenants::ComposeError::NotLoaded { .. }) => TenantSet::Busy,
+            Err(e @ crate::controller::tenants::ComposeError::NotLoaded { .. }) => {
+                TenantSet::Loading(e.to_string())
+            }
             Err(e) => TenantSet::Set(cluster, Err(e), None),
         }
     }
@@ -580,8 +584,14 @@ impl Reconcile<'_> {
             Gate::Go(old) => old,
         };
         let seen = self.observe(old);
-        let Some(plugins) = self.plugin_set(seen.finished) else {
-            return Ok(Action::requeue(tenant_retry()));
+        let plugins = match self.plugin_set(seen.finished) {
+            Ok(p) => p,
+            Err(loading) => {
+                if let Some(message) = loading.filter(|_| !seen.finished) {
+                    self.tell_waiting(&seen, &message).await;
+                }
+                return Ok(Action::requeue(tenant_retry()));
+            }
         };
         let resolved = self.resolve().await;
         let info = self
@@ -696,15 +706,20 @@ impl Reconcile<'_> {
     /// there is none, and the job comes back shortly, leaving the worker to
     /// others. Only an unfinished job needs objects, so only it needs a set
     /// that can serve.
-    fn plugin_set(&self, finished: bool) -> Option<JobPlugins> {
+    ///
+    /// `Err(Some(message))`: the tenant plugins are still loading;
+    /// `Err(None)`: the namespace's permits are taken.
+    fn plugin_set(&self, finished: bool) -> Result<JobPlugins, Option<String>> {
         let cluster_id = self.ctx.plugins.current().id();
         let (set, tenants, permit) = match self.tenant_set() {
             TenantSet::Set(set, composed, permit) => (set, composed, permit),
             TenantSet::Busy => {
-                debug!(
-                    "the namespace's tenant plugins are busy or still loading: retrying shortly"
-                );
-                return None;
+                debug!("the namespace's tenant plugins are busy: retrying shortly");
+                return Err(None);
+            }
+            TenantSet::Loading(message) => {
+                debug!("{message}: retrying shortly");
+                return Err(Some(message));
             }
         };
         let not_serving = if finished {
@@ -712,13 +727,29 @@ impl Reconcile<'_> {
         } else {
             self.ctx.plugins.not_serving(&set)
         };
-        Some(JobPlugins {
+        Ok(JobPlugins {
             cluster_id,
             set,
             tenants,
             _permit: permit,
             not_serving,
         })
+    }
+
+    /// Say on an unfinished TrainJob why it waits: `PluginsReady=False`
+    /// (`TenantPluginsLoading`, `message`), written once; the next build
+    /// clears it like any other plugin problem.
+    async fn tell_waiting(&mut self, seen: &Seen, message: &str) {
+        let mut status = seen.old.clone();
+        let message = format!("{message}; the TrainJob is built once they are");
+        conditions::set_plugins_problem(
+            &mut status,
+            Some((conditions::REASON_TENANT_PLUGINS_LOADING, &message)),
+            &seen.now,
+        );
+        if status != seen.old {
+            self.write_and_announce(seen, &status).await;
+        }
     }
 
     /// Step 1: the runtime ([`Self::resolve_runtime`]). Its failure is
