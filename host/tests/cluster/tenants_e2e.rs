@@ -1173,18 +1173,20 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     fx.op.restart("operator-tenants-3");
     fx.op.wait_ready().await;
     apply(&fx.client, &plain(&b, "waits-for-tenants", json!({}))).await;
+    let trainjob = || {
+        get(
+            &fx.client,
+            TRAINJOB_API,
+            "TrainJob",
+            Some(&b),
+            "waits-for-tenants",
+        )
+    };
     let waiting = eventually(
         "PluginsReady=False TenantPluginsLoading",
         TIMEOUT,
         || async {
-            let o = get(
-                &fx.client,
-                TRAINJOB_API,
-                "TrainJob",
-                Some(&b),
-                "waits-for-tenants",
-            )
-            .await?;
+            let o = trainjob().await?;
             let c = condition(&o, "PluginsReady")?.clone();
             (c["reason"] == "TenantPluginsLoading").then_some(c)
         },
@@ -1202,14 +1204,7 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     // The compile ends (refused): the TrainJob is built and the condition goes.
     wait_jobset(&fx, &b, "waits-for-tenants").await;
     eventually("PluginsReady removed", TIMEOUT, || async {
-        let o = get(
-            &fx.client,
-            TRAINJOB_API,
-            "TrainJob",
-            Some(&b),
-            "waits-for-tenants",
-        )
-        .await?;
+        let o = trainjob().await?;
         condition(&o, "PluginsReady").is_none().then_some(())
     })
     .await;
