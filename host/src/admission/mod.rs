@@ -43,6 +43,7 @@
 pub mod certs;
 pub mod defaulting;
 pub mod fielderr;
+pub mod gates;
 pub mod plugins;
 pub mod review;
 pub mod router;

@@ -29,6 +29,7 @@ use trainforge_api::trainer::v1alpha1::constants::{
 };
 
 use super::defaulting::{format_time, mutate_trainjob};
+use super::gates::{AdmissionLimits, Full, Gates, Pass};
 use super::plugins::{TryWith, review_plugin, review_trainer_plugin};
 use super::review::{Operation, Request, Verdict, parse_review, response_body};
 use super::runtimes::{RuntimeKind, review_runtime};
@@ -94,6 +95,7 @@ pub struct AdmissionState {
     budget: Duration,
     clock: Clock,
     plugin_runtime: OnceLock<Arc<PluginRuntime>>,
+    gates: Gates,
 }
 
 impl AdmissionState {
@@ -116,7 +118,16 @@ impl AdmissionState {
             budget,
             clock: Arc::new(k8s_openapi::jiff::Timestamp::now),
             plugin_runtime: OnceLock::new(),
+            gates: Gates::new(AdmissionLimits::default()),
         }
+    }
+
+    /// Bound TrainJob validations by plugins with `limits` (per namespace
+    /// and in all; see [`super::gates`]) instead of the defaults.
+    #[must_use]
+    pub fn with_limits(mut self, limits: AdmissionLimits) -> Self {
+        self.gates = Gates::new(limits);
+        self
     }
 
     /// Use `clock` for the current time (tests).
@@ -330,6 +341,92 @@ fn deadline_verdict(plugins: &PluginSet, budget: &ValidateBudget, allowed: Durat
     }
 }
 
+/// The plugins that validate TrainJobs in `plugins`.
+fn validating(plugins: &PluginSet) -> impl Iterator<Item = &crate::plugin::LoadedPlugin> {
+    plugins
+        .plugins()
+        .iter()
+        .filter(|p| p.calls(trainforge_api::plugin::Phase::Validate))
+}
+
+/// Pass the gates when `req` is a TrainJob validation that calls plugins
+/// (`Ok(None)` for everything else, which calls none), waiting at most the
+/// request budget.
+async fn enter(
+    state: &AdmissionState,
+    webhook: Webhook,
+    req: &Request,
+    plugins: &PluginSet,
+) -> Result<Option<Pass>, Full> {
+    if webhook != Webhook::ValidateTrainJob {
+        return Ok(None);
+    }
+    let Some(memory) = validating(plugins).map(|p| p.memory_bytes() as u64).max() else {
+        return Ok(None);
+    };
+    let namespace = req.raw.namespace.as_deref().unwrap_or_default();
+    state
+        .gates
+        .enter(namespace, memory, state.budget)
+        .await
+        .map(Some)
+}
+
+/// The answer when a TrainJob could not be validated within the bounds:
+/// admitted with a warning when every validating plugin's failure policy
+/// is `Ignore`, otherwise denied (500) saying which bound.
+fn bound_verdict(plugins: &PluginSet, full: &Full) -> Verdict {
+    let names: Vec<&str> = validating(plugins).map(|p| p.name()).collect();
+    if validating(plugins).all(|p| p.failure_policy() == FailurePolicy::Ignore) {
+        return Verdict::allow(vec![format!(
+            "{full}: not validated by {}, ignored (failurePolicy Ignore)",
+            names.join(", ")
+        )]);
+    }
+    Verdict::deny(
+        500,
+        "InternalError",
+        format!("{full} (validating plugins: {})", names.join(", ")),
+        Vec::new(),
+    )
+}
+
+/// Decide on a blocking thread, holding `pass` until the decision is made
+/// (even past the deadline), under `budget +` [`DEADLINE_MARGIN`].
+async fn run(
+    state: &Arc<AdmissionState>,
+    webhook: Webhook,
+    req: &Request,
+    plugins: &Arc<PluginSet>,
+    budget: &Arc<ValidateBudget>,
+    pass: Option<Pass>,
+) -> Verdict {
+    let allowed = state.budget.saturating_add(DEADLINE_MARGIN);
+    let task = {
+        let (state, plugins, budget, req) =
+            (state.clone(), plugins.clone(), budget.clone(), req.clone());
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || {
+            let _g = span.enter();
+            let _pass = pass;
+            decide(&state, webhook, &req, &plugins, &budget)
+        })
+    };
+    match tokio::time::timeout(allowed, task).await {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => Verdict::deny(
+            500,
+            "InternalError",
+            format!("admission review failed: {e}"),
+            Vec::new(),
+        ),
+        // Trying a plugin is a courtesy: the checks that need no
+        // plugin decide, the plugin's status tells the rest.
+        Err(_) => plugin_review(webhook, req, None)
+            .unwrap_or_else(|| deadline_verdict(plugins, budget, allowed)),
+    }
+}
+
 async fn handle(state: Arc<AdmissionState>, webhook: Webhook, body: Bytes) -> Response {
     let start = Instant::now();
     let req = match parse_review(&body) {
@@ -377,28 +474,9 @@ async fn handle(state: Arc<AdmissionState>, webhook: Webhook, body: Bytes) -> Re
                 Vec::new(),
             )
         } else {
-            let allowed = state.budget.saturating_add(DEADLINE_MARGIN);
-            let task = {
-                let (state, plugins, budget, req) =
-                    (state.clone(), plugins.clone(), budget.clone(), req.clone());
-                let span = tracing::Span::current();
-                tokio::task::spawn_blocking(move || {
-                    let _g = span.enter();
-                    decide(&state, webhook, &req, &plugins, &budget)
-                })
-            };
-            match tokio::time::timeout(allowed, task).await {
-                Ok(Ok(v)) => v,
-                Ok(Err(e)) => Verdict::deny(
-                    500,
-                    "InternalError",
-                    format!("admission review failed: {e}"),
-                    Vec::new(),
-                ),
-                // Trying a plugin is a courtesy: the checks that need no
-                // plugin decide, the plugin's status tells the rest.
-                Err(_) => plugin_review(webhook, &req, None)
-                    .unwrap_or_else(|| deadline_verdict(&plugins, &budget, allowed)),
+            match enter(&state, webhook, &req, &plugins).await {
+                Err(full) => bound_verdict(&plugins, &full),
+                Ok(pass) => run(&state, webhook, &req, &plugins, &budget, pass).await,
             }
         };
         for call in budget.calls() {
@@ -578,6 +656,55 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(r#"result="error"} 1"#), "{text}");
+    }
+
+    /// A namespace whose validations are all taken: past the budget its
+    /// next create is denied naming the bound (failurePolicy Fail) or
+    /// admitted with a warning (Ignore); once one ends, it is validated.
+    #[tokio::test]
+    async fn a_namespace_at_its_bound_is_answered_by_the_failure_policy() {
+        let create = || {
+            review(
+                GROUP,
+                "TrainJob",
+                "CREATE",
+                tj("TrainingRuntime", "torch", json!({})),
+                None,
+            )
+        };
+        let limits = AdmissionLimits {
+            per_namespace: 1,
+            memory_bytes: 1 << 30,
+        };
+        for policy in [FailurePolicy::Fail, FailurePolicy::Ignore] {
+            let (s, _) = state(policy, Duration::from_millis(100));
+            let s = Arc::new(Arc::into_inner(s).unwrap().with_limits(limits));
+            let running = s.gates.enter("ns", 1, Duration::ZERO).await.unwrap();
+            let (_, out, _) = post(router(s.clone()), PATH_VALIDATE_TRAINJOB, create()).await;
+            let response = &out["response"];
+            match policy {
+                FailurePolicy::Fail => {
+                    assert_eq!(response["allowed"], false, "{out}");
+                    assert_eq!(response["status"]["code"], 500);
+                    let m = response["status"]["message"].as_str().unwrap();
+                    assert!(
+                        m.contains("namespace ns")
+                            && m.contains("--admission-validations-per-namespace")
+                            && m.contains("jobset"),
+                        "{m}"
+                    );
+                }
+                FailurePolicy::Ignore => {
+                    assert_eq!(response["allowed"], true, "{out}");
+                    let w = response["warnings"][0].as_str().unwrap();
+                    assert!(w.contains("at its bound") && w.contains("ignored"), "{w}");
+                }
+            }
+            drop(running);
+            let (_, out, _) = post(router(s), PATH_VALIDATE_TRAINJOB, create()).await;
+            assert_eq!(out["response"]["allowed"], true, "{out}");
+            assert!(out["response"]["warnings"].is_null(), "{out}");
+        }
     }
 
     #[tokio::test]

@@ -68,6 +68,16 @@ pub struct AdmissionArgs {
     /// under the webhooks' `timeoutSeconds`.
     #[arg(long, default_value_t = 3000)]
     pub admission_budget_ms: u64,
+    /// TrainJob validations by plugins one namespace may have running at
+    /// once; more wait up to the budget, then are answered as the plugins'
+    /// failure policy says.
+    #[arg(long, default_value_t = 2)]
+    pub admission_validations_per_namespace: u16,
+    /// Plugin memory (MiB) all TrainJob validations in flight may reserve
+    /// together (each reserves its plugins' largest memory limit): keeps
+    /// admission within the operator's memory limit.
+    #[arg(long, default_value_t = 384)]
+    pub admission_validate_memory_mib: u32,
     /// Lifetime of the serving certificates the operator issues (seconds;
     /// each is renewed past 2/3 of it). The CA lives a year.
     #[arg(long, default_value_t = 30 * 86_400)]
@@ -265,6 +275,10 @@ pub async fn start(
             metrics,
             Duration::from_millis(args.admission_budget_ms.clamp(100, 9_000)),
         )
+        .with_limits(admission::gates::AdmissionLimits {
+            per_namespace: usize::from(args.admission_validations_per_namespace),
+            memory_bytes: u64::from(args.admission_validate_memory_mib) << 20,
+        })
         .with_plugin_runtime(runtime),
     );
     let listener = tokio::net::TcpListener::bind(addr)

@@ -338,6 +338,12 @@ impl LoadedPlugin {
         self.inner.env.ctx.limits.max_output_bytes
     }
 
+    /// The linear-memory cap of one instance (the runtime's default or the
+    /// plugin's own limit).
+    pub fn memory_bytes(&self) -> usize {
+        self.inner.env.ctx.limits.memory_bytes
+    }
+
     /// The configured failure policy.
     pub fn failure_policy(&self) -> FailurePolicy {
         self.inner.failure_policy

@@ -1450,6 +1450,119 @@ async fn a_hostile_validate_is_bounded_at_admission() {
     uninstall(&fx, name).await;
 }
 
+/// Median admission latency of `n` dry-run creates of a plain TrainJob in
+/// `ns`, one after another (each goes through every webhook).
+async fn admission_p50(client: &kube::Client, ns: &str, plugin: &str, n: usize) -> Duration {
+    let mut took = Vec::new();
+    for i in 0..n {
+        let t = Instant::now();
+        let out = create(
+            client,
+            &attacked(ns, &format!("calm-{i}"), plugin, json!({})),
+            true,
+        )
+        .await;
+        assert!(out.ok(), "a calm namespace's create: {out:?}");
+        took.push(t.elapsed());
+    }
+    took.sort();
+    took[n / 2]
+}
+
+/// One namespace floods admission with creates whose `validate` spins to
+/// its 1 s limit or allocates its 64 MiB: it meets its own bound (denied,
+/// naming it), while another namespace's admission stays fast and the
+/// operator's memory does not follow the flood (issue 30: 24 such creates
+/// took it from 114 to 1,552 MiB; 32 raised another team's p50 from 18 to
+/// 591 ms).
+#[tokio::test]
+async fn one_namespaces_admission_flood_costs_only_that_namespace() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let fx = Fx { client };
+    let flood_ns = env.create_namespace("adm-flood").await.unwrap();
+    let calm_ns = env.create_namespace("adm-calm").await.unwrap();
+    let name = "validator-flood";
+    install(
+        &fx,
+        name,
+        &hostile_declaring(&json!({"name": name, "phases": ["validate"], "emits": []})),
+        json!({"limits": {"timeout": "1s", "memory": "64Mi"}}),
+    )
+    .await;
+    wait_ctp(&fx, name, true).await;
+    // Admission validates with it once a create of a looping TrainJob
+    // takes its second.
+    eventually("admission with the flood plugin", TIMEOUT, || async {
+        let t = Instant::now();
+        let out = create(
+            &fx.client,
+            &attacked(&flood_ns, "probe", name, json!({"attack": "validate-loop"})),
+            true,
+        )
+        .await;
+        (!out.ok() && t.elapsed() >= Duration::from_millis(900)).then_some(())
+    })
+    .await;
+    let alone = admission_p50(&fx.client, &calm_ns, name, 9).await;
+    let peak_before = op.peak_rss_kib().unwrap();
+    let flood = {
+        let client = fx.client.clone();
+        let ns = flood_ns.clone();
+        tokio::spawn(async move {
+            let creates = (0..32).map(|i| {
+                let attack = if i % 4 == 0 {
+                    "validate-loop"
+                } else {
+                    "validate-alloc"
+                };
+                let tj = attacked(&ns, &format!("flood-{i}"), name, json!({"attack": attack}));
+                let client = client.clone();
+                async move { create(&client, &tj, true).await }
+            });
+            futures::future::join_all(creates).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let during = admission_p50(&fx.client, &calm_ns, name, 9).await;
+    let outcomes = flood.await.unwrap();
+    let grown_mib = op.peak_rss_kib().unwrap().saturating_sub(peak_before) / 1024;
+    let bounded = outcomes
+        .iter()
+        .filter(|o| o.message.contains("at its bound"))
+        .count();
+    report(&format!(
+        "admission: another namespace's p50 {:.0} ms alone, {:.0} ms during a 32-create flood of spinning/allocating validates ({bounded} of them answered by the namespace's bound); operator peak RSS +{grown_mib} MiB",
+        alone.as_secs_f64() * 1000.0,
+        during.as_secs_f64() * 1000.0
+    ));
+    assert!(
+        outcomes.iter().all(|o| !o.ok()),
+        "every flood create is refused"
+    );
+    assert!(
+        bounded > 0,
+        "the namespace's bound was never met: {outcomes:?}"
+    );
+    assert!(
+        outcomes
+            .iter()
+            .filter(|o| o.message.contains("at its bound"))
+            .all(|o| o.code == 500 && o.message.contains("--admission-validations-per-namespace")),
+        "{outcomes:?}"
+    );
+    assert!(
+        during < Duration::from_millis(400),
+        "another namespace's admission p50 rose to {during:?} (alone {alone:?})"
+    );
+    assert!(
+        grown_mib < 512,
+        "the operator's peak memory grew {grown_mib} MiB with the flood"
+    );
+    uninstall(&fx, name).await;
+}
+
 /// The serving certificate rotates (every ~20 s here) while TrainJobs are
 /// created without pause: not one admission request is lost.
 #[tokio::test]
