@@ -579,21 +579,21 @@ mod tests {
         trainjob(kind, name, trainer)
     }
 
+    /// A CREATE review of a plain TrainJob on the `torch` TrainingRuntime.
+    fn torch_create() -> Vec<u8> {
+        review(
+            GROUP,
+            "TrainJob",
+            "CREATE",
+            tj("TrainingRuntime", "torch", json!({})),
+            None,
+        )
+    }
+
     #[tokio::test]
     async fn trainjob_validation_allows_and_denies() {
         let (s, metrics) = state(FailurePolicy::Fail, DEFAULT_BUDGET);
-        let (code, out, _) = post(
-            router(s.clone()),
-            PATH_VALIDATE_TRAINJOB,
-            review(
-                GROUP,
-                "TrainJob",
-                "CREATE",
-                tj("TrainingRuntime", "torch", json!({})),
-                None,
-            ),
-        )
-        .await;
+        let (code, out, _) = post(router(s.clone()), PATH_VALIDATE_TRAINJOB, torch_create()).await;
         assert_eq!(code, StatusCode::OK);
         assert_eq!(out["response"]["uid"], "uid-7");
         assert_eq!(out["response"]["allowed"], true, "{out}");
@@ -629,18 +629,7 @@ mod tests {
     #[tokio::test]
     async fn a_spent_budget_denies_naming_the_plugin_and_counts_the_failure() {
         let (s, metrics) = state(FailurePolicy::Fail, Duration::ZERO);
-        let (_, out, _) = post(
-            router(s),
-            PATH_VALIDATE_TRAINJOB,
-            review(
-                GROUP,
-                "TrainJob",
-                "CREATE",
-                tj("TrainingRuntime", "torch", json!({})),
-                None,
-            ),
-        )
-        .await;
+        let (_, out, _) = post(router(s), PATH_VALIDATE_TRAINJOB, torch_create()).await;
         assert_eq!(out["response"]["allowed"], false);
         assert_eq!(out["response"]["status"]["code"], 500);
         let m = out["response"]["status"]["message"].as_str().unwrap();
@@ -663,15 +652,6 @@ mod tests {
     /// admitted with a warning (Ignore); once one ends, it is validated.
     #[tokio::test]
     async fn a_namespace_at_its_bound_is_answered_by_the_failure_policy() {
-        let create = || {
-            review(
-                GROUP,
-                "TrainJob",
-                "CREATE",
-                tj("TrainingRuntime", "torch", json!({})),
-                None,
-            )
-        };
         let limits = AdmissionLimits {
             per_namespace: 1,
             memory_bytes: 1 << 30,
@@ -680,7 +660,7 @@ mod tests {
             let (s, _) = state(policy, Duration::from_millis(100));
             let s = Arc::new(Arc::into_inner(s).unwrap().with_limits(limits));
             let running = s.gates.enter("ns", 1, Duration::ZERO).await.unwrap();
-            let (_, out, _) = post(router(s.clone()), PATH_VALIDATE_TRAINJOB, create()).await;
+            let (_, out, _) = post(router(s.clone()), PATH_VALIDATE_TRAINJOB, torch_create()).await;
             let response = &out["response"];
             match policy {
                 FailurePolicy::Fail => {
@@ -701,7 +681,7 @@ mod tests {
                 }
             }
             drop(running);
-            let (_, out, _) = post(router(s), PATH_VALIDATE_TRAINJOB, create()).await;
+            let (_, out, _) = post(router(s), PATH_VALIDATE_TRAINJOB, torch_create()).await;
             assert_eq!(out["response"]["allowed"], true, "{out}");
             assert!(out["response"]["warnings"].is_null(), "{out}");
         }
@@ -729,18 +709,7 @@ mod tests {
             json!([{"op": "add", "path": "/spec/runtimePatches/0/time", "value": "2026-11-24T09:00:00Z"}])
         );
         // Nothing to change: no patch.
-        let (_, out, _) = post(
-            router(s),
-            PATH_MUTATE_TRAINJOB,
-            review(
-                GROUP,
-                "TrainJob",
-                "CREATE",
-                tj("TrainingRuntime", "torch", json!({})),
-                None,
-            ),
-        )
-        .await;
+        let (_, out, _) = post(router(s), PATH_MUTATE_TRAINJOB, torch_create()).await;
         assert_eq!(out["response"]["allowed"], true);
         assert!(out["response"].get("patch").is_none(), "{out}");
     }

@@ -1310,6 +1310,19 @@ async fn wait_ctp(fx: &Fx, name: &str, _ready: bool) -> Value {
 /// follows its failure policy (Fail: the create is denied naming the
 /// plugin; Ignore: admitted with a warning naming it), while the API server
 /// keeps answering everyone else.
+/// Install the hostile guest as `ClusterTrainerPlugin` `name`, calling
+/// only `validate`, with `limits`, and wait until it is Ready.
+async fn install_validator(fx: &Fx, name: &str, limits: Value) {
+    install(
+        fx,
+        name,
+        &hostile_declaring(&json!({"name": name, "phases": ["validate"], "emits": []})),
+        json!({ "limits": limits }),
+    )
+    .await;
+    wait_ctp(fx, name, true).await;
+}
+
 #[tokio::test]
 async fn a_hostile_validate_is_bounded_at_admission() {
     let Some((env, _op, client)) = setup().await else {
@@ -1318,14 +1331,7 @@ async fn a_hostile_validate_is_bounded_at_admission() {
     let fx = Fx { client };
     let ns = env.create_namespace("adm-hostile").await.unwrap();
     let name = "validator-x";
-    install(
-        &fx,
-        name,
-        &hostile_declaring(&json!({"name": name, "phases": ["validate"], "emits": []})),
-        json!({"limits": {"timeout": "500ms", "memory": "64Mi"}}),
-    )
-    .await;
-    wait_ctp(&fx, name, true).await;
+    install_validator(&fx, name, json!({"timeout": "500ms", "memory": "64Mi"})).await;
     // The plugin set in service includes it once it is Ready; a harmless
     // create proves admission sees it (no attack: admitted).
     let plain = attacked(&ns, "plain", name, json!({}));
@@ -1484,14 +1490,7 @@ async fn one_namespaces_admission_flood_costs_only_that_namespace() {
     let flood_ns = env.create_namespace("adm-flood").await.unwrap();
     let calm_ns = env.create_namespace("adm-calm").await.unwrap();
     let name = "validator-flood";
-    install(
-        &fx,
-        name,
-        &hostile_declaring(&json!({"name": name, "phases": ["validate"], "emits": []})),
-        json!({"limits": {"timeout": "1s", "memory": "64Mi"}}),
-    )
-    .await;
-    wait_ctp(&fx, name, true).await;
+    install_validator(&fx, name, json!({"timeout": "1s", "memory": "64Mi"})).await;
     // Admission validates with it once a create of a looping TrainJob
     // takes its second.
     eventually("admission with the flood plugin", TIMEOUT, || async {
