@@ -18,9 +18,12 @@
 //! request the API server answered 429/503/504 (kube's retry policy, run
 //! here around the check: the client given must not resend by itself,
 //! [`crate::ops::client::Clients::unretried`]); a resend after a pause is
-//! refused like a first attempt. A request already sent when the process
-//! was paused may still arrive late (Kubernetes has no write precondition
-//! on a Lease to close that gap).
+//! refused like a first attempt. A request that passed the fence just
+//! before the process was paused may still reach the API server after it
+//! runs again (Kubernetes has no write precondition on a Lease to close
+//! that gap): such a write, answered as done after the fence's time, is
+//! logged as a warning naming its method and path, so that the gap, when it
+//! is hit, is seen rather than silent.
 //!
 //! [`Fence::open`] is always open (no election: this replica leads alone).
 
@@ -81,15 +84,16 @@ impl Fence {
         }
     }
 
-    /// `Ok` while open; else why not.
-    pub fn check(&self) -> Result<(), Fenced> {
+    /// `Ok` while open, with the instant it closes (`None`: never); else
+    /// why not.
+    pub fn check(&self) -> Result<Option<Instant>, Fenced> {
         let s = self
             .0
             .lock()
             .map_err(|_| Fenced("the fence's state is poisoned".into()))?;
         match &*s {
-            State::Always => Ok(()),
-            State::Until(Some(until), _) if Instant::now() < *until => Ok(()),
+            State::Always => Ok(None),
+            State::Until(Some(until), _) if Instant::now() < *until => Ok(Some(*until)),
             State::Until(Some(until), _) => Err(Fenced(format!(
                 "this replica's hold on the Lease ran out {:.1}s ago (not renewed in time, or the process was paused)",
                 until.elapsed().as_secs_f64()
@@ -107,13 +111,27 @@ impl Fence {
         let checked = tower::service_fn(move |req: Request<Body>| {
             let (fence, client) = (fence.clone(), client.clone());
             async move {
-                if changes_something(&req) {
-                    fence.check().map_err(|e| Box::new(e) as tower::BoxError)?;
+                if !changes_something(&req) {
+                    return client
+                        .send(req)
+                        .await
+                        .map_err(|e| Box::new(e) as tower::BoxError);
                 }
-                client
+                let until = fence.check().map_err(|e| Box::new(e) as tower::BoxError)?;
+                let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+                let res = client
                     .send(req)
                     .await
-                    .map_err(|e| Box::new(e) as tower::BoxError)
+                    .map_err(|e| Box::new(e) as tower::BoxError)?;
+                if let Some(late) = answered_late(until, res.status()) {
+                    tracing::warn!(
+                        %method,
+                        %path,
+                        late_ms = late.as_millis() as u64,
+                        "a write that passed the fence before this replica's hold on the Lease ran out was done after it (the process was paused while sending it)"
+                    );
+                }
+                Ok(res)
             }
         });
         let service = tower::ServiceBuilder::new()
@@ -123,6 +141,13 @@ impl Fence {
             .service(checked);
         kube::Client::new(service, namespace)
     }
+}
+
+/// How long after the fence's time `until` a write answered `status` was
+/// done, if it was done (not refused) after it.
+fn answered_late(until: Option<Instant>, status: http::StatusCode) -> Option<Duration> {
+    let late = Instant::now().checked_duration_since(until?)?;
+    (!late.is_zero() && !status.is_client_error() && !status.is_server_error()).then_some(late)
 }
 
 /// Whether a request may change something: not a read, nor a review that
@@ -207,6 +232,35 @@ mod tests {
     }
 
     #[test]
+    fn only_a_write_done_after_the_fences_time_is_late() {
+        let past = Instant::now() - Duration::from_millis(5);
+        let future = Instant::now() + Duration::from_secs(60);
+        assert!(
+            answered_late(Some(past), http::StatusCode::OK).unwrap() >= Duration::from_millis(5)
+        );
+        assert!(answered_late(Some(past), http::StatusCode::CREATED).is_some());
+        assert_eq!(
+            answered_late(Some(past), http::StatusCode::CONFLICT),
+            None,
+            "refused: nothing done"
+        );
+        assert_eq!(
+            answered_late(Some(past), http::StatusCode::SERVICE_UNAVAILABLE),
+            None
+        );
+        assert_eq!(
+            answered_late(Some(future), http::StatusCode::OK),
+            None,
+            "in time"
+        );
+        assert_eq!(
+            answered_late(None, http::StatusCode::OK),
+            None,
+            "no election"
+        );
+    }
+
+    #[test]
     fn a_lease_is_held_until_its_expiry_less_the_margin() {
         let now = Instant::now();
         let wall = k8s_openapi::jiff::Timestamp::now();
@@ -274,5 +328,59 @@ mod tests {
         )
         .await;
         assert!(*attempts.lock().unwrap() > 1, "a throttled write is resent");
+    }
+
+    /// A write that passed the fence in time but was done after the fence's
+    /// time (the process paused while sending it) is warned about, naming
+    /// its method and path; it is not refused, since it was sent.
+    #[test]
+    fn a_write_done_after_the_fences_time_is_warned_about() {
+        #[derive(Clone, Default)]
+        struct Captured(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let slow = tower::service_fn(|_req: Request<Body>| async {
+            std::thread::sleep(Duration::from_millis(80));
+            http::Response::builder()
+                .status(200)
+                .body(Body::empty())
+                .map_err(tower::BoxError::from)
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _in_rt = rt.enter();
+        let fence = Fence::closed();
+        fence.open_until(Instant::now() + Duration::from_millis(40));
+        let client = fence.client(kube::Client::new(slow, "default"));
+        tracing::subscriber::with_default(subscriber, || {
+            rt.block_on(client.send(patch())).unwrap();
+        });
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        assert!(log.contains("was done after it"), "{log}");
+        assert!(log.contains("method=PATCH"), "{log}");
+        assert!(
+            log.contains(
+                "path=/apis/trainer.kubeflow.org/v1alpha1/namespaces/a/trainjobs/x/status "
+            ),
+            "{log}"
+        );
+        // The fence is closed now: the next write is refused, unsent.
+        let err = rt.block_on(client.send(patch())).unwrap_err();
+        assert!(err.to_string().contains("ran out"), "{err}");
     }
 }
