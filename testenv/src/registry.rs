@@ -19,6 +19,26 @@ use crate::{Error, wait};
 /// How long [`Registry::start`] waits for the registry to serve.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How a registry runs; [`Options::default`] is [`Registry::start`]'s plain
+/// registry on `127.0.0.1` without TLS or credentials.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options<'a> {
+    /// The loopback address it listens on (`127.0.0.1` when `None`), e.g.
+    /// `127.0.0.2` for a registry an address guard must refuse.
+    pub host: Option<&'a str>,
+    /// HTTPS with `(cert_pem, key_pem)`; plain HTTP when `None`.
+    pub tls: Option<(&'a Path, &'a Path)>,
+    /// HTTP Basic `(user, password)` required on every request.
+    pub basic_auth: Option<(&'a str, &'a str)>,
+    /// Blob reads (GET) answered with 307 to this base URL
+    /// (`BASE/v2/<name>/blobs/<digest>`), as registries backed by object
+    /// storage do.
+    pub redirect_blobs: Option<&'a str>,
+    /// A bearer token required on every request, to be fetched from this
+    /// realm URL (every registry serves one at `/token`).
+    pub token_realm: Option<&'a str>,
+}
+
 /// A running registry.
 #[derive(Debug)]
 pub struct Registry {
@@ -33,8 +53,9 @@ impl Registry {
     /// further registries of this process). HTTPS when `tls` is
     /// `Some((cert_pem, key_pem))`, plain HTTP otherwise.
     ///
-    /// Returns once the registry answers `GET /v2/` with 200 (with TLS: once
-    /// its port accepts connections). A missing binary is
+    /// Returns once the registry answers `GET /v2/` with 200 or 401 (with
+    /// TLS, or on another address than `127.0.0.1`: once its port accepts
+    /// connections). A missing binary is
     /// [`Error::NotBuilt`].
     pub async fn start(
         paths: &Paths,
@@ -53,6 +74,31 @@ impl Registry {
         tls: Option<(&Path, &Path)>,
         basic_auth: Option<(&str, &str)>,
     ) -> Result<Registry, Error> {
+        Self::start_opts(
+            paths,
+            logs,
+            &Options {
+                tls,
+                basic_auth,
+                ..Options::default()
+            },
+        )
+        .await
+    }
+
+    /// A registry run as `opts` says (see [`Options`]).
+    pub async fn start_opts(
+        paths: &Paths,
+        logs: &Path,
+        opts: &Options<'_>,
+    ) -> Result<Registry, Error> {
+        let Options {
+            host,
+            tls,
+            basic_auth,
+            redirect_blobs,
+            token_realm,
+        } = *opts;
         let bin = paths.binary("registry");
         if !bin.is_file() {
             return Err(Error::NotBuilt {
@@ -73,7 +119,7 @@ impl Registry {
             _ => {}
         }
         let mut args = vec![
-            "-addr=127.0.0.1:0".to_string(),
+            format!("-addr={}:0", host.unwrap_or("127.0.0.1")),
             format!("-addr-file={}", addr_file.display()),
         ];
         if let Some((cert, key)) = tls {
@@ -82,6 +128,12 @@ impl Registry {
         }
         if let Some((user, password)) = basic_auth {
             args.push(format!("-basic-auth={user}:{password}"));
+        }
+        if let Some(base) = redirect_blobs {
+            args.push(format!("-redirect-blobs={base}"));
+        }
+        if let Some(realm) = token_realm {
+            args.push(format!("-token-realm={realm}"));
         }
         let mut proc = process::spawn(&name, &bin, &args, logs, &[])?;
         let log = proc.log.clone();
@@ -154,7 +206,7 @@ impl Registry {
 fn ready_addr(addr_file: &Path, tls: bool) -> Option<String> {
     let addr = std::fs::read_to_string(addr_file).ok()?.trim().to_string();
     let sock: std::net::SocketAddr = addr.parse().ok()?;
-    let ready = if tls {
+    let ready = if tls || sock.ip() != std::net::Ipv4Addr::LOCALHOST {
         std::net::TcpStream::connect_timeout(&sock, Duration::from_secs(1)).is_ok()
     } else {
         // 401: up, asking for credentials (-basic-auth).

@@ -19,6 +19,11 @@
 //!    serves a blob-signed one; without `--plugin-fetch-allow-cidr` a
 //!    registry on loopback is refused (`AddressNotAllowed`).
 //!
+//! Then, against the same real registry sending its client elsewhere (a
+//! blob redirect and a token realm at 127.0.0.2, over HTTPS and plain
+//! HTTP), the guarded client refuses every hop to an address it does not
+//! allow, naming it, while the unguarded one follows it (issue 30, item 5).
+//!
 //! Prints apply → serving for an `oci://` plugin (pull + verify + compile)
 //! with the artifact cache cold and warm (figures, never asserted).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -72,10 +77,15 @@ struct Tls {
 }
 
 fn tls(dir: &Path) -> Tls {
+    tls_for(dir, &[IpAddr::V4(Ipv4Addr::LOCALHOST)])
+}
+
+/// [`tls`] for a certificate naming `ips`.
+fn tls_for(dir: &Path, ips: &[IpAddr]) -> Tls {
     let now = time::OffsetDateTime::now_utc();
     let b = certs::generate(
         &["localhost".to_owned()],
-        &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
+        ips,
         now,
         time::Duration::hours(2),
     )
@@ -824,4 +834,117 @@ fn report_figure(cold: Duration, warm: Duration) {
         cold.as_millis(),
         warm.as_millis()
     );
+}
+
+/// Every hop a real registry sends the client to passes the address guard:
+/// a blob redirect (the registry's storage elsewhere) and a token realm,
+/// both at 127.0.0.2, which a guard allowing only 127.0.0.1/32 refuses.
+/// Unguarded, the same pulls follow the hop and succeed, and the registry at
+/// 127.0.0.2 logs the requests: so the refusals are the guard's, and
+/// guarded, 127.0.0.2 is never contacted.
+#[tokio::test]
+async fn every_hop_a_real_registry_sends_the_client_to_is_guarded() {
+    use trainforge::oci::registry::RegistryError;
+    use trainforge::ops::netguard::NetGuard;
+    use trainforge_testenv::registry::Options as RegistryRun;
+
+    let Some(_env) = env() else { return };
+    const COMPONENT: &[u8] = b"\0asm\x0d\0\x01\0 a component for the hop test";
+    let paths = Paths::from_env();
+    for https in [true, false] {
+        let scheme = if https { "https" } else { "http" };
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let t = tls_for(
+            d,
+            &[
+                IpAddr::V4(Ipv4Addr::LOCALHOST),
+                IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
+            ],
+        );
+        let tls = https.then_some((t.cert.as_path(), t.key.as_path()));
+        let logs = d.join("logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        let start =
+            async |opts: RegistryRun<'_>| Registry::start_opts(&paths, &logs, &opts).await.unwrap();
+        // Elsewhere: a registry at 127.0.0.2 holding the blobs, and the realm.
+        let elsewhere = start(RegistryRun {
+            host: Some("127.0.0.2"),
+            tls,
+            ..RegistryRun::default()
+        })
+        .await;
+        let redirecting = start(RegistryRun {
+            tls,
+            redirect_blobs: Some(&elsewhere.url()),
+            ..RegistryRun::default()
+        })
+        .await;
+        let realm = format!("{}/token", elsewhere.url());
+        let tokened = start(RegistryRun {
+            tls,
+            token_realm: Some(&realm),
+            ..RegistryRun::default()
+        })
+        .await;
+        let client = |guarded: bool| {
+            OciRegistry::new(&RegistryOptions {
+                plain_http: if https {
+                    Vec::new()
+                } else {
+                    [&elsewhere, &redirecting, &tokened]
+                        .iter()
+                        .map(|r| r.addr().to_owned())
+                        .collect()
+                },
+                extra_roots_pem: Some(t.ca_pem.as_bytes().to_vec()),
+                guard: guarded.then(|| NetGuard::new(vec!["127.0.0.1/32".parse().unwrap()])),
+            })
+            .unwrap()
+        };
+        let reference = |r: &Registry| format!("{}/plugins/hops:v1", r.addr());
+        let anonymous = RegistryAuth::Anonymous;
+        // The same artifact at 127.0.0.2 (where blob reads are redirected)
+        // and on both registries at 127.0.0.1; the token-wanting one is
+        // pushed to through its realm.
+        for r in [&elsewhere, &redirecting, &tokened] {
+            client(false)
+                .push(&reference(r), COMPONENT, &anonymous)
+                .await
+                .unwrap_or_else(|e| panic!("{scheme}: pushing to {}: {e}", r.addr()));
+        }
+        let elsewhere_log = || std::fs::read_to_string(elsewhere.log()).unwrap();
+        for (hop, r) in [("blob redirect", &redirecting), ("token realm", &tokened)] {
+            let before = elsewhere_log().lines().count();
+            let pulled = client(false)
+                .pull(&reference(r), &anonymous, 1 << 20)
+                .await
+                .unwrap_or_else(|e| panic!("{scheme} {hop}: unguarded: {e}"));
+            assert_eq!(pulled.bytes, COMPONENT, "{scheme} {hop}");
+            let unguarded = elsewhere_log().lines().count();
+            assert!(
+                unguarded > before,
+                "{scheme} {hop}: the hop is real: 127.0.0.2 logged nothing"
+            );
+
+            let e = client(true)
+                .pull(&reference(r), &anonymous, 1 << 20)
+                .await
+                .expect_err("the hop to 127.0.0.2 must be refused");
+            let text = e.to_string();
+            assert!(
+                matches!(e, RegistryError::AddressNotAllowed { .. })
+                    && text.contains("127.0.0.2")
+                    && text.contains("loopback"),
+                "{scheme} {hop}: {e:?}"
+            );
+            assert_eq!(
+                elsewhere_log().lines().count(),
+                unguarded,
+                "{scheme} {hop}: guarded, 127.0.0.2 was contacted:\n{}",
+                elsewhere_log()
+            );
+            step(&format!("hops: {scheme} {hop} to 127.0.0.2: {text}"));
+        }
+    }
 }

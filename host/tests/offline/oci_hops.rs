@@ -8,7 +8,9 @@
 //! plain HTTP (absolute-form requests forwarded by the proxy). Unguarded,
 //! the same pulls succeed and reach 127.0.0.2 — so the refusals are the
 //! guard's. A manifest of 512 MiB is refused whether or not it announces its
-//! length, with little of it ever sent.
+//! length, with little of it ever sent, and the process pulling it (the
+//! `trainforge plugin pull` CLI) peaks at the memory it peaks at pulling a
+//! normal artifact.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -306,5 +308,69 @@ async fn huge_manifests_are_refused_before_they_are_buffered() {
                 "{mode:?} https={https}: {produced} bytes produced"
             );
         }
+    }
+}
+
+/// `trainforge plugin pull` of `reference` over plain HTTP: whether it
+/// succeeded, and its peak resident memory (VmHWM, read every 2 ms while it
+/// runs: a lower bound of the true peak, which a client buffering hundreds
+/// of MiB, for the many milliseconds that takes, cannot stay under).
+fn pull_cli(reference: &str, out: &std::path::Path) -> (bool, u64) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_trainforge"))
+        .args(["plugin", "pull", reference, "--plain-http", "-o"])
+        .arg(out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak_kib = 0u64;
+    loop {
+        if let Some(hwm) = std::fs::read_to_string(&status).ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        }) {
+            peak_kib = peak_kib.max(hwm);
+        }
+        if let Some(exit) = child.try_wait().unwrap() {
+            return (exit.success(), peak_kib << 10);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// An oversized manifest leaves the puller's memory where a normal pull
+/// leaves it: the CLI refusing a 512 MiB manifest (announced or streamed)
+/// peaks within 32 MiB of the same CLI pulling a normal artifact (a client
+/// buffering the manifest whole peaks above 512 MiB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_manifest_leaves_the_pullers_memory_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut peaks = Vec::new();
+    for mode in [Mode::Direct, Mode::HugeAnnounced, Mode::HugeStreamed] {
+        let s = setup(mode, false).await;
+        let reference = format!("oci://{}/plugins/hops:v1", s.registry_addr);
+        let out = dir.path().join(format!("{mode:?}.wasm"));
+        let (ok, peak) = tokio::task::spawn_blocking(move || pull_cli(&reference, &out))
+            .await
+            .unwrap();
+        assert_eq!(ok, mode == Mode::Direct, "{mode:?}: pulled = {ok}");
+        peaks.push((mode, peak));
+    }
+    let normal = peaks[0].1;
+    assert!(normal > 0, "the normal pull's memory was never read");
+    for (mode, peak) in &peaks[1..] {
+        eprintln!(
+            "oci_hops: peak memory of `plugin pull`: {} MiB normal, {} MiB for a {mode:?} 512 MiB manifest",
+            normal >> 20,
+            peak >> 20
+        );
+        assert!(
+            *peak < normal + (32 << 20),
+            "{mode:?}: the puller peaked at {} MiB (a normal pull: {} MiB)",
+            peak >> 20,
+            normal >> 20
+        );
     }
 }
