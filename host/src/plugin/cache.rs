@@ -86,6 +86,49 @@ impl Drop for Permit<'_> {
     }
 }
 
+/// Where a tenant's compile stands in the tenants' compile slot (told to
+/// the `TrainerPlugin`'s status while it waits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompilePlace {
+    /// Waiting for the slot: `ahead` compiles go first (the running one
+    /// included).
+    Queued {
+        /// Compiles that take the slot before this one.
+        ahead: usize,
+    },
+    /// Compiling now.
+    Compiling,
+}
+
+/// A tenant's compile, as the tenants' slot sees it.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct TenantCompile<'a> {
+    /// Its namespace: whose turn it takes.
+    pub(crate) namespace: &'a str,
+    /// Fires when its plugin is deleted or changed: a queued compile leaves
+    /// the queue, a running one's worker is killed.
+    pub(crate) cancel: Option<&'a CancellationToken>,
+    /// Told the compile's place while it waits, then that it compiles.
+    pub(crate) place: Option<&'a tokio::sync::watch::Sender<CompilePlace>>,
+}
+
+impl TenantCompile<'_> {
+    fn cancelled(&self) -> bool {
+        self.cancel.is_some_and(CancellationToken::is_cancelled)
+    }
+
+    /// Tell `place` unless it was the last told (`told`): the first place
+    /// is always told, whatever the channel held before.
+    fn tell(&self, told: &mut Option<CompilePlace>, place: CompilePlace) {
+        if let Some(p) = self.place
+            && *told != Some(place)
+        {
+            p.send_replace(place);
+            *told = Some(place);
+        }
+    }
+}
+
 /// The one compile slot tenants share, handed out in turn by namespace: a
 /// namespace's next waiting compile goes after the next one of every other
 /// namespace waiting, so a tenant with many (or crafted slow) components
@@ -122,6 +165,27 @@ impl TenantQueue {
             self.turns.push_back((ns, tickets));
         }
     }
+
+    /// How many compiles take the slot before `ticket`: the running one,
+    /// one granted and not yet taken, and those [`Self::grant_next`] hands
+    /// out first, in turn by namespace.
+    fn ahead_of(&self, ticket: u64) -> usize {
+        let mut ahead =
+            usize::from(self.busy) + usize::from(self.granted.is_some_and(|g| g != ticket));
+        let mut turns: VecDeque<VecDeque<u64>> =
+            self.turns.iter().map(|(_, t)| t.clone()).collect();
+        while let Some(mut tickets) = turns.pop_front() {
+            match tickets.pop_front() {
+                Some(t) if t == ticket => return ahead,
+                Some(_) => ahead += 1,
+                None => continue,
+            }
+            if !tickets.is_empty() {
+                turns.push_back(tickets);
+            }
+        }
+        ahead
+    }
 }
 
 struct TenantPermit<'a>(&'a TenantSlot);
@@ -134,25 +198,29 @@ impl TenantSlot {
         }
     }
 
-    /// Wait for the slot on behalf of `namespace`'s compile; `None` when
-    /// `cancel` fires first (the turn passes on).
-    fn acquire(
-        &self,
-        namespace: &str,
-        cancel: Option<&CancellationToken>,
-    ) -> Option<TenantPermit<'_>> {
+    /// Wait for the slot on behalf of `tenant`'s compile, telling it its
+    /// place as that changes; `None` when its cancel fires first (the turn
+    /// passes on).
+    fn acquire(&self, tenant: TenantCompile<'_>) -> Option<TenantPermit<'_>> {
         let mut q = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let ticket = q.next_ticket;
         q.next_ticket += 1;
-        match q.turns.iter_mut().find(|(ns, _)| ns == namespace) {
+        match q.turns.iter_mut().find(|(ns, _)| ns == tenant.namespace) {
             Some((_, tickets)) => tickets.push_back(ticket),
             None => q
                 .turns
-                .push_back((namespace.to_owned(), VecDeque::from([ticket]))),
+                .push_back((tenant.namespace.to_owned(), VecDeque::from([ticket]))),
         }
         q.grant_next();
+        let mut told = None;
         while q.granted != Some(ticket) {
-            if cancel.is_some_and(CancellationToken::is_cancelled) {
+            tenant.tell(
+                &mut told,
+                CompilePlace::Queued {
+                    ahead: q.ahead_of(ticket),
+                },
+            );
+            if tenant.cancelled() {
                 for (_, tickets) in &mut q.turns {
                     tickets.retain(|t| *t != ticket);
                 }
@@ -167,12 +235,13 @@ impl TenantSlot {
                 .unwrap_or_else(|p| p.into_inner().0);
         }
         q.granted = None;
-        if cancel.is_some_and(CancellationToken::is_cancelled) {
+        if tenant.cancelled() {
             q.grant_next();
             self.changed.notify_all();
             return None;
         }
         q.busy = true;
+        tenant.tell(&mut told, CompilePlace::Compiling);
         Some(TenantPermit(self))
     }
 
@@ -239,8 +308,8 @@ impl ArtifactCache {
     /// memory, from a shipped artifact, from a disk artifact, or by calling
     /// `compile` (which returns
     /// the component and its artifact) and caching the result. A tenant's
-    /// component (`tenant`: its namespace) compiles in the tenants' own
-    /// slot, in turn with other namespaces. With `remember` false
+    /// component (`tenant`) compiles in the tenants' own slot, in turn with
+    /// other namespaces, and is told its place there. With `remember` false
     /// the component is not kept in memory (its code is mapped only while
     /// the caller holds it; see `super::code`).
     #[allow(clippy::too_many_arguments)]
@@ -249,8 +318,7 @@ impl ArtifactCache {
         engine: &Engine,
         sha256: &str,
         bytes: &[u8],
-        tenant: Option<&str>,
-        cancel: Option<&CancellationToken>,
+        tenant: Option<TenantCompile<'_>>,
         remember: bool,
         compile: impl FnOnce(&[u8]) -> Result<(Component, Vec<u8>), CompileError>,
     ) -> Result<(Component, CacheOutcome), CompileError> {
@@ -292,7 +360,7 @@ impl ArtifactCache {
         // starting with a dozen plugins compiled together peaked at 1.8 GB);
         // in children, each is capped but still costs a core.
         let (_cluster_permit, _tenant_permit) = match tenant {
-            Some(namespace) => match self.tenant_compiling.acquire(namespace, cancel) {
+            Some(t) => match self.tenant_compiling.acquire(t) {
                 Some(p) => (None, Some(p)),
                 None => return Err(CompileError::Cancelled),
             },
@@ -376,6 +444,13 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    fn tenant(namespace: &str) -> TenantCompile<'_> {
+        TenantCompile {
+            namespace,
+            ..TenantCompile::default()
+        }
+    }
+
     /// Wait until `n` compiles wait for the slot.
     fn until_waiting(slot: &TenantSlot, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -392,7 +467,7 @@ mod tests {
     fn tenants_take_turns_for_their_compile_slot() {
         let slot = Arc::new(TenantSlot::new());
         let order = Arc::new(Mutex::new(Vec::new()));
-        let running = slot.acquire("team-a", None).unwrap();
+        let running = slot.acquire(tenant("team-a")).unwrap();
         let mut threads = Vec::new();
         for (i, (ns, label)) in [
             ("team-a", "a2"),
@@ -405,7 +480,7 @@ mod tests {
         {
             let (theirs, order) = (slot.clone(), order.clone());
             threads.push(std::thread::spawn(move || {
-                let _p = theirs.acquire(ns, None).unwrap();
+                let _p = theirs.acquire(tenant(ns)).unwrap();
                 order.lock().unwrap().push(label);
             }));
             until_waiting(&slot, i + 1);
@@ -417,7 +492,7 @@ mod tests {
         assert_eq!(*order.lock().unwrap(), ["a2", "b1", "a3", "a4"]);
         assert_eq!(slot.waiting(), 0);
         // Free again: a new compile takes it at once.
-        drop(slot.acquire("team-c", None).unwrap());
+        drop(slot.acquire(tenant("team-c")).unwrap());
     }
 
     /// A queued compile whose plugin is gone leaves the queue: cancelled
@@ -425,16 +500,22 @@ mod tests {
     #[test]
     fn a_cancelled_compile_leaves_the_queue() {
         let slot = Arc::new(TenantSlot::new());
-        let running = slot.acquire("team-a", None).unwrap();
+        let running = slot.acquire(tenant("team-a")).unwrap();
         let cancel = CancellationToken::new();
         let waiter = {
             let (slot, cancel) = (slot.clone(), cancel.clone());
-            std::thread::spawn(move || slot.acquire("team-a", Some(&cancel)).is_none())
+            std::thread::spawn(move || {
+                slot.acquire(TenantCompile {
+                    cancel: Some(&cancel),
+                    ..tenant("team-a")
+                })
+                .is_none()
+            })
         };
         until_waiting(&slot, 1);
         let next = {
             let slot = slot.clone();
-            std::thread::spawn(move || drop(slot.acquire("team-b", None).unwrap()))
+            std::thread::spawn(move || drop(slot.acquire(tenant("team-b")).unwrap()))
         };
         until_waiting(&slot, 2);
         cancel.cancel();
@@ -443,5 +524,71 @@ mod tests {
         drop(running);
         next.join().unwrap();
         assert_eq!(slot.waiting(), 0);
+    }
+
+    /// Each queued compile is told how many go before it — turns by
+    /// namespace counted, the running one included — and updated as that
+    /// changes, then told it compiles.
+    #[test]
+    fn a_queued_compile_is_told_its_place() {
+        use tokio::sync::watch;
+        let slot = Arc::new(TenantSlot::new());
+        let running = slot.acquire(tenant("team-a")).unwrap();
+        let mut places = Vec::new();
+        let mut threads = Vec::new();
+        let release = Arc::new(Mutex::new(()));
+        let hold = release.lock().unwrap();
+        for (i, ns) in ["team-a", "team-a", "team-b"].into_iter().enumerate() {
+            let (tx, rx) = watch::channel(CompilePlace::Queued { ahead: usize::MAX });
+            places.push(rx);
+            let (slot2, release) = (slot.clone(), release.clone());
+            threads.push(std::thread::spawn(move || {
+                let _p = slot2
+                    .acquire(TenantCompile {
+                        place: Some(&tx),
+                        ..tenant(ns)
+                    })
+                    .unwrap();
+                // Hold the slot until the test has read every place.
+                drop(release.lock().unwrap());
+            }));
+            until_waiting(&slot, i + 1);
+        }
+        let until = |rx: &watch::Receiver<CompilePlace>, want: CompilePlace| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while *rx.borrow() != want {
+                assert!(
+                    Instant::now() < deadline,
+                    "{:?}, not {want:?}",
+                    *rx.borrow()
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        // a2 goes after the running one; b1 takes its turn before a3.
+        until(&places[0], CompilePlace::Queued { ahead: 1 });
+        until(&places[1], CompilePlace::Queued { ahead: 3 });
+        until(&places[2], CompilePlace::Queued { ahead: 2 });
+        drop(running);
+        until(&places[0], CompilePlace::Compiling);
+        until(&places[2], CompilePlace::Queued { ahead: 1 });
+        until(&places[1], CompilePlace::Queued { ahead: 2 });
+        drop(hold);
+        for t in threads {
+            t.join().unwrap();
+        }
+        for rx in &places {
+            assert_eq!(*rx.borrow(), CompilePlace::Compiling);
+        }
+
+        // The slot free: told it compiles, whatever the channel held.
+        let (tx, mut rx) = watch::channel(CompilePlace::Compiling);
+        let p = slot.acquire(TenantCompile {
+            place: Some(&tx),
+            ..tenant("team-c")
+        });
+        assert!(p.is_some());
+        assert!(rx.has_changed().unwrap(), "the first place was not told");
+        assert_eq!(*rx.borrow_and_update(), CompilePlace::Compiling);
     }
 }

@@ -3,7 +3,7 @@
 
 use super::Error;
 use super::bindings::{Plugin as WitPlugin, PluginPre};
-use super::cache::{ArtifactCache, CacheOutcome};
+use super::cache::{ArtifactCache, CacheOutcome, TenantCompile};
 use super::call::{CallEnv, Inner, LoadedPlugin, descriptor_from_wit, with_instance};
 use super::code::{Code, OnDemand, OnDemandSlots, Reload};
 use super::compile::{CompileError, compile};
@@ -181,8 +181,11 @@ impl PluginRuntime {
             &label,
             &sha256,
             &src.bytes,
-            src.tenant.as_deref(),
-            src.cancel.as_ref(),
+            src.tenant.as_deref().map(|namespace| TenantCompile {
+                namespace,
+                cancel: src.cancel.as_ref(),
+                place: src.compile_place.as_ref(),
+            }),
             !on_demand,
         )?;
         let loaded = self.finish_load(&label, &sha256, component, src, on_demand);
@@ -211,7 +214,7 @@ impl PluginRuntime {
         let (label, sha256) = (label.to_owned(), sha256.to_owned());
         Box::new(move || {
             let _span = tracing::debug_span!("map_plugin_code", plugin = %label).entered();
-            let (component, _) = compiled_with(&env, &label, &sha256, &bytes, None, None, false)?;
+            let (component, _) = compiled_with(&env, &label, &sha256, &bytes, None, false)?;
             link(&linker, &component).map_err(|message| Error::LoadFailed {
                 plugin: label.clone(),
                 message: bounded::message(&format!("mapping its code again: {message}")),
@@ -400,29 +403,21 @@ fn compiled_with(
     label: &str,
     sha256: &str,
     bytes: &[u8],
-    tenant: Option<&str>,
-    cancel: Option<&tokio_util::sync::CancellationToken>,
+    tenant: Option<TenantCompile<'_>>,
     remember: bool,
 ) -> Result<(Component, CacheOutcome), Error> {
+    let cancel = tenant.and_then(|t| t.cancel);
     env.cache
-        .get_or_compile(
-            &env.engine,
-            sha256,
-            bytes,
-            tenant,
-            cancel,
-            remember,
-            |bytes| {
-                compile(
-                    &env.compiler,
-                    env.limits,
-                    &env.engine,
-                    &env.compiler_config,
-                    bytes,
-                    cancel,
-                )
-            },
-        )
+        .get_or_compile(&env.engine, sha256, bytes, tenant, remember, |bytes| {
+            compile(
+                &env.compiler,
+                env.limits,
+                &env.engine,
+                &env.compiler_config,
+                bytes,
+                cancel,
+            )
+        })
         .map_err(|e| match e {
             CompileError::Timeout(_) | CompileError::Memory(_) => Error::CompileLimit {
                 plugin: label.to_owned(),

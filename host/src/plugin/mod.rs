@@ -59,7 +59,7 @@ mod sandbox;
 mod set;
 mod source;
 
-pub use cache::{CacheOutcome, sha256_hex};
+pub use cache::{CacheOutcome, CompilePlace, sha256_hex};
 pub use call::{GuestBudget, LoadedPlugin, PhaseInput, ValidateInput};
 pub use compile::{CompileLimits, Compiler};
 pub use descriptor::wit_compatible;

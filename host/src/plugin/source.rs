@@ -107,6 +107,10 @@ pub struct PluginSource {
     /// one never starts, a running one's worker is killed (its
     /// `TrainerPlugin` was deleted or changed meanwhile).
     pub cancel: Option<tokio_util::sync::CancellationToken>,
+    /// Told this load's place in the tenants' compile slot while its
+    /// compile waits, then that it compiles (a tenant's component not in
+    /// the cache; nothing is told otherwise).
+    pub compile_place: Option<tokio::sync::watch::Sender<super::CompilePlace>>,
 }
 
 impl PluginSource {
@@ -127,6 +131,7 @@ impl PluginSource {
             phases: None,
             tenant: None,
             cancel: None,
+            compile_place: None,
         }
     }
 

@@ -964,6 +964,35 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     let queued = Instant::now();
     // Both are fetched and queued to compile (one at a time for tenants).
     queue_slow_compiles(&fx, &a, "slow", 3000).await;
+    // While they compile one at a time, their statuses say where each
+    // stands: one compiling, the other queued behind it.
+    let places = eventually(
+        "the slow plugins' statuses showing their places in the compile slot",
+        TIMEOUT,
+        || async {
+            let mut places = Vec::new();
+            for i in 0..2 {
+                let o = get(
+                    &fx.client,
+                    TF,
+                    "TrainerPlugin",
+                    Some(&a),
+                    &format!("slow-{i}"),
+                )
+                .await?;
+                let c = condition(&o, "Compiled")?;
+                (c["status"] == "Unknown" && c["reason"] == "Compiling").then_some(())?;
+                places.push(c["message"].as_str()?.to_owned());
+                (condition(&o, "Ready")?["reason"] == "Compiling").then_some(())?;
+            }
+            places.sort();
+            (places[0] == "compiling in the tenants' compile slot"
+                && places[1].ends_with(": 1 compile goes first"))
+            .then_some(places)
+        },
+    )
+    .await;
+    step(&format!("  while queued: {places:?}"));
     let fresh =
         hostile_declaring(&json!({"name": "cluster-fresh", "emits": [["v1", "ConfigMap"]]}));
     let started = Instant::now();

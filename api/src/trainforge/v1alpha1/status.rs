@@ -189,6 +189,10 @@ pub mod reason {
     pub const PULL_SECRET_ERROR: &str = "PullSecretError";
     /// `Compiled=True`.
     pub const COMPILED: &str = "Compiled";
+    /// `Compiled=Unknown` (and `Ready=False` when nothing serves yet): a
+    /// tenant's component waits for, or is in, the tenants' compile slot;
+    /// the message gives its place in the queue.
+    pub const COMPILING: &str = "Compiling";
     /// `Compiled=False`: the spec cannot be turned into a plugin source
     /// (e.g. a limit the API server's rules did not catch).
     pub const INVALID_SPEC: &str = "InvalidSpec";

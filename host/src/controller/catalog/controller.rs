@@ -73,6 +73,8 @@ pub(crate) struct Tenancy<'a> {
     pub(crate) check: &'a TenantCheck<'a>,
     /// Cancels the compile when the `TrainerPlugin` is deleted or changed.
     pub(crate) cancel: Option<tokio_util::sync::CancellationToken>,
+    /// Told the compile's place in the tenants' compile slot.
+    pub(crate) place: Option<tokio::sync::watch::Sender<crate::plugin::CompilePlace>>,
 }
 
 struct Ctx {
@@ -413,6 +415,7 @@ pub(crate) async fn attempt(
     );
     src.tenant = tenancy.as_ref().map(|t| t.namespace.to_owned());
     src.cancel = tenancy.as_ref().and_then(|t| t.cancel.clone());
+    src.compile_place = tenancy.as_ref().and_then(|t| t.place.clone());
     let runtime = catalog.runtime().clone();
     let loaded = tokio::task::spawn_blocking(move || runtime.load(src)).await;
     let plugin = match loaded {

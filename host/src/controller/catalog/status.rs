@@ -109,6 +109,45 @@ pub(crate) fn desired_with(
     }
 }
 
+/// `current` with `Compiled=Unknown` for `generation` (reason `Compiling`,
+/// `message`), and `Ready=False` likewise when nothing serves yet: what a
+/// tenant plugin's status shows while its compile waits for or holds the
+/// tenants' compile slot. Every other field stays as it was.
+pub(crate) fn compiling(
+    current: Option<&ClusterTrainerPluginStatus>,
+    generation: i64,
+    message: &str,
+) -> ClusterTrainerPluginStatus {
+    let mut status = current.cloned().unwrap_or_default();
+    status.rollout = None;
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let mut conditions = status.conditions.take().unwrap_or_default();
+    let mut set = |type_: &str, value: &str| {
+        let since = conditions
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == value)
+            .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+        let c = Condition {
+            type_: type_.to_owned(),
+            status: value.to_owned(),
+            reason: reason::COMPILING.to_owned(),
+            message: message.to_owned(),
+            observed_generation: Some(generation),
+            last_transition_time: since,
+        };
+        match conditions.iter_mut().find(|old| old.type_ == type_) {
+            Some(old) => *old = c,
+            None => conditions.push(c),
+        }
+    };
+    set(condition::COMPILED, "Unknown");
+    if status.serving_digest.is_none() {
+        set(condition::READY, "False");
+    }
+    status.conditions = Some(conditions);
+    status
+}
+
 /// Whether `current` shows `status`, `rollout` aside (another writer's).
 fn shows(
     current: Option<&ClusterTrainerPluginStatus>,
@@ -197,6 +236,48 @@ mod tests {
             .iter()
             .find(|c| c.type_ == t)
             .unwrap()
+    }
+
+    /// A compile's interim status: `Compiled=Unknown` with its place, and
+    /// `Ready=False` only while nothing serves; the rest as it was.
+    #[test]
+    fn a_compiling_status_keeps_everything_else() {
+        let failed = Entry {
+            uid: "u".into(),
+            attempt: Some(Attempt::failed(
+                3,
+                vec![Stage::ok(reason::FETCHED, "1 bytes")],
+                reason::DIGEST_MISMATCH,
+                "bad".into(),
+            )),
+            serving: None,
+        };
+        let before = desired(&failed, None);
+        let s = compiling(Some(&before), 4, "2 compiles go first");
+        assert_eq!(cond(&s, "Compiled").status, "Unknown");
+        assert_eq!(cond(&s, "Compiled").reason, "Compiling");
+        assert_eq!(cond(&s, "Compiled").observed_generation, Some(4));
+        assert_eq!(cond(&s, "Ready").reason, "Compiling");
+        assert_eq!(cond(&s, "Ready").message, "2 compiles go first");
+        assert_eq!(cond(&s, "Fetched"), cond(&before, "Fetched"));
+        assert_eq!(cond(&s, "Degraded"), cond(&before, "Degraded"));
+        // Ready was False already: its transition time is kept.
+        assert_eq!(
+            cond(&s, "Ready").last_transition_time,
+            cond(&before, "Ready").last_transition_time
+        );
+        assert_eq!(s.last_error, before.last_error);
+
+        // A version serves: Ready is left to it.
+        let mut serving = before.clone();
+        serving.serving_digest = Some("aa".into());
+        let s = compiling(Some(&serving), 4, "compiling");
+        assert_eq!(cond(&s, "Ready"), cond(&serving, "Ready"));
+        assert_eq!(cond(&s, "Compiled").reason, "Compiling");
+
+        // A new plugin: only the two conditions.
+        let s = compiling(None, 1, "compiling");
+        assert_eq!(s.conditions.as_ref().unwrap().len(), 2);
     }
 
     #[test]

@@ -22,7 +22,8 @@ use kube::{Api, Resource};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use trainforge_api::trainforge::v1alpha1::{
-    POLICY_NAME, TRAINER_PLUGIN_KIND, TrainerPlugin, TrainerPluginPolicy, condition, reason,
+    ClusterTrainerPluginStatus, POLICY_NAME, TRAINER_PLUGIN_KIND, TrainerPlugin,
+    TrainerPluginPolicy, condition, reason,
 };
 
 use super::ceiling::Ceiling;
@@ -32,6 +33,7 @@ use crate::controller::catalog::{
     Attempt, Entry, Loader, Pin, PluginCatalog, Stage, Tenancy, attempt, restore_with, status,
 };
 use crate::ops::events::{EventType, Recorder, Reporter};
+use crate::plugin::CompilePlace;
 
 /// How soon a failed attempt (not a policy refusal) is retried.
 pub const RETRY_FAILED: std::time::Duration = std::time::Duration::from_secs(30);
@@ -436,11 +438,14 @@ async fn reconcile_inner(
     generation: i64,
 ) -> Result<Action, Error> {
     let uid = obj.metadata.uid.clone().unwrap_or_default();
-    let entry = decide(&obj, &ctx, &ns, &name, &uid, generation).await;
-    finish(&ctx, &obj, &ns, &name, entry).await
+    let mut shown = obj.status.clone();
+    let entry = decide(&obj, &ctx, &ns, &name, &uid, generation, &mut shown).await;
+    finish(&ctx, &obj, shown.as_ref(), &ns, &name, entry).await
 }
 
 /// What `obj` serves now: refused by the ceiling, kept, or loaded anew.
+/// `shown` is the status the object shows, updated when a compile's place
+/// was written meanwhile.
 async fn decide(
     obj: &TrainerPlugin,
     ctx: &Ctx,
@@ -448,6 +453,7 @@ async fn decide(
     name: &str,
     uid: &str,
     generation: i64,
+    shown: &mut Option<ClusterTrainerPluginStatus>,
 ) -> TenantEntry {
     let ceiling = ctx.ceiling();
     let previous = ctx.tenants.entry(ns, name, uid);
@@ -499,11 +505,31 @@ async fn decide(
     }
     let label = format!("{ns}/{name}");
     let cancel = ctx.compiles.start(ns, name, generation);
+    let (place, told) = tokio::sync::watch::channel(CompilePlace::Compiling);
+    let done = CancellationToken::new();
+    // Only this generation's first attempt here tells its place: a retry's
+    // interim status would make its final one a change again, which
+    // reconciles again, and so on.
+    let first_try = previous
+        .as_ref()
+        .and_then(|p| p.entry.attempt.as_ref())
+        .is_none_or(|a| a.generation != generation);
+    let teller = (ctx.writes_status() && first_try).then(|| {
+        tokio::spawn(tell_compiling(
+            Api::namespaced(ctx.loader.client.clone(), ns),
+            name.to_owned(),
+            shown.clone(),
+            generation,
+            told,
+            done.clone(),
+        ))
+    });
     let tenancy = Tenancy {
         namespace: ns,
         options: options.clone(),
         check: &check,
         cancel: Some(cancel.clone()),
+        place: Some(place),
     };
     let pin = Pin::recorded(obj.status.as_ref(), Some(generation));
     let (a, candidate) = attempt(
@@ -516,6 +542,13 @@ async fn decide(
     )
     .await;
     ctx.compiles.finish(ns, name, &cancel);
+    // The compile's interim status ends before the attempt's is written.
+    done.cancel();
+    if let Some(teller) = teller
+        && let Ok(Some(written)) = teller.await
+    {
+        *shown = Some(written);
+    }
     let serving = match (&a.failure, candidate) {
         (None, c) => c,
         (Some((r, _)), _) if is_policy_refusal(r) => None,
@@ -542,6 +575,55 @@ async fn decide(
     }
 }
 
+/// While a tenant's compile waits for the tenants' compile slot, its status
+/// says so and where it stands (`Compiled=Unknown`, reason `Compiling`, the
+/// compiles going first), updated as that changes; once it compiles, too,
+/// if that takes over a second. Ends when `done` fires: the attempt's own
+/// status follows. Writes nothing for a component found in the cache.
+/// Returns the last status it wrote, if any.
+async fn tell_compiling(
+    api: Api<TrainerPlugin>,
+    name: String,
+    mut current: Option<ClusterTrainerPluginStatus>,
+    generation: i64,
+    mut place: tokio::sync::watch::Receiver<CompilePlace>,
+    done: CancellationToken,
+) -> Option<ClusterTrainerPluginStatus> {
+    let mut written = None;
+    loop {
+        tokio::select! {
+            () = done.cancelled() => return written,
+            changed = place.changed() => if changed.is_err() { return written },
+        }
+        let now = *place.borrow_and_update();
+        let message = match now {
+            CompilePlace::Queued { ahead } => format!(
+                "waiting for the tenants' compile slot (shared by every namespace, in turn by namespace): {ahead} compile{} go{} first",
+                if ahead == 1 { "" } else { "s" },
+                if ahead == 1 { "es" } else { "" },
+            ),
+            CompilePlace::Compiling => {
+                tokio::select! {
+                    () = done.cancelled() => return written,
+                    () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                }
+                "compiling in the tenants' compile slot".to_owned()
+            }
+        };
+        let desired = status::compiling(current.as_ref(), generation, &message);
+        match status::write_to(&api, &name, TRAINER_PLUGIN_KIND, current.as_ref(), &desired).await {
+            Ok(true) => {
+                written = Some(desired.clone());
+                current = Some(desired);
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(plugin = %name, error = %e, "writing the compile's place to the status failed")
+            }
+        }
+    }
+}
+
 /// The last good version recorded in `obj`'s status, loaded again (pinned
 /// to its digest) if the ceiling allows it today.
 async fn restore(
@@ -561,6 +643,7 @@ async fn restore(
         options,
         check: &check,
         cancel: None,
+        place: None,
     };
     restore_with(label, status, &ctx.loader, Some(tenancy)).await
 }
@@ -614,6 +697,7 @@ async fn announce(ctx: &Ctx, obj: &TrainerPlugin, before: Option<&TenantEntry>, 
 async fn finish(
     ctx: &Ctx,
     obj: &TrainerPlugin,
+    shown: Option<&ClusterTrainerPluginStatus>,
     ns: &str,
     name: &str,
     entry: TenantEntry,
@@ -633,25 +717,15 @@ async fn finish(
     if let Some((r, m)) = &failure {
         tracing::warn!(reason = %r, message = %m, "TrainerPlugin not served as specified");
     }
-    let desired = status::desired_with(
-        &entry.entry,
-        obj.status.as_ref(),
-        &[(condition::WITHIN_POLICY, within)],
-    );
+    let desired = status::desired_with(&entry.entry, shown, &[(condition::WITHIN_POLICY, within)]);
     if ctx.writes_status() {
         let api: Api<TrainerPlugin> = Api::namespaced(ctx.loader.client.clone(), ns);
-        let wrote = status::write_to(
-            &api,
-            name,
-            TRAINER_PLUGIN_KIND,
-            obj.status.as_ref(),
-            &desired,
-        )
-        .await
-        .map_err(|source| Error::Status {
-            namespace: ns.to_owned(),
-            source,
-        })?;
+        let wrote = status::write_to(&api, name, TRAINER_PLUGIN_KIND, shown, &desired)
+            .await
+            .map_err(|source| Error::Status {
+                namespace: ns.to_owned(),
+                source,
+            })?;
         if wrote {
             ctx.loader.catalog.count_status_write();
         }
