@@ -12,8 +12,9 @@
 #                      TrainJobs to Complete (memory, CPU, API requests from
 #                      the audit log, latency, start-up), then the Wasm÷native
 #                      ratio per plugin phase, then the figure-only cluster
-#                      tests (admission latency, create → JobSet latency);
-#                      figures printed, not asserted
+#                      tests, one at a time (admission latency, another
+#                      namespace's admission under one namespace's flood,
+#                      create → JobSet latency); figures printed, not asserted
 #   make bench-upstream  make bench with the upstream Kubeflow Trainer v2.3.0
 #                      controller measured the same way after ours, on a
 #                      fresh control plane, and a Trainforge÷upstream ratio
@@ -97,7 +98,7 @@ endif
 	"$(TARGET_DIR)/debug/trainforge-bench" --operator "$(BENCH_BIN)" --artifacts "$(BENCH_ARTIFACTS)" --jobs $(BENCH_JOBS) \
 	  $(if $(BENCH_UPSTREAM),--upstream "$$(testenv/upstream.sh --print-bin)") $(BENCH_ARGS)
 	$(CARGO) bench --profile $(if $(filter dev,$(BENCH_PROFILE)),dev,bench) --locked --workspace --bench wasm_native
-	TRAINFORGE_TESTENV_REQUIRED=1 TEST_ARGS="--ignored" CARGO="$(CARGO)" \
+	TRAINFORGE_TESTENV_REQUIRED=1 TEST_ARGS="--ignored --test-threads=1" CARGO="$(CARGO)" \
 	  testenv/by-module.sh cluster admission_e2e operator_lifecycle
 
 bench-upstream:

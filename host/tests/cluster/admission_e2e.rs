@@ -1459,6 +1459,16 @@ async fn a_hostile_validate_is_bounded_at_admission() {
 /// Median admission latency of `n` dry-run creates of a plain TrainJob in
 /// `ns`, one after another (each goes through every webhook).
 async fn admission_p50(client: &kube::Client, ns: &str, plugin: &str, n: usize) -> Duration {
+    admission_latencies(client, ns, plugin, n).await[n / 2]
+}
+
+/// The admission latencies of [`admission_p50`]'s creates, sorted.
+async fn admission_latencies(
+    client: &kube::Client,
+    ns: &str,
+    plugin: &str,
+    n: usize,
+) -> Vec<Duration> {
     let mut took = Vec::new();
     for i in 0..n {
         let t = Instant::now();
@@ -1472,7 +1482,95 @@ async fn admission_p50(client: &kube::Client, ns: &str, plugin: &str, n: usize) 
         took.push(t.elapsed());
     }
     took.sort();
-    took[n / 2]
+    took
+}
+
+/// Install `name` as a validate-only hostile plugin limited to 1 s and
+/// 64 MiB, and wait until admission validates with it (a create of a
+/// looping TrainJob in `ns` takes its second).
+async fn install_flood_validator(fx: &Fx, ns: &str, name: &str) {
+    install_validator(fx, name, json!({"timeout": "1s", "memory": "64Mi"})).await;
+    eventually("admission with the flood plugin", TIMEOUT, || async {
+        let t = Instant::now();
+        let out = create(
+            &fx.client,
+            &attacked(ns, "probe", name, json!({"attack": "validate-loop"})),
+            true,
+        )
+        .await;
+        (!out.ok() && t.elapsed() >= Duration::from_millis(900)).then_some(())
+    })
+    .await;
+}
+
+/// `n` concurrent dry-run creates in `ns` whose `validate` spins to its
+/// limit (every fourth) or allocates its 64 MiB (the others).
+fn start_flood(
+    client: &kube::Client,
+    ns: &str,
+    plugin: &'static str,
+    n: usize,
+) -> tokio::task::JoinHandle<Vec<Outcome>> {
+    let (client, ns) = (client.clone(), ns.to_owned());
+    tokio::spawn(async move {
+        let creates = (0..n).map(|i| {
+            let attack = if i % 4 == 0 {
+                "validate-loop"
+            } else {
+                "validate-alloc"
+            };
+            let tj = attacked(
+                &ns,
+                &format!("flood-{i}"),
+                plugin,
+                json!({"attack": attack}),
+            );
+            let client = client.clone();
+            async move { create(&client, &tj, true).await }
+        });
+        futures::future::join_all(creates).await
+    })
+}
+
+/// A figure, not a test (`make bench` runs it): another namespace's
+/// admission latency alone and while one namespace floods admission with
+/// 32 and then 100 concurrent creates whose `validate` spins or hoards,
+/// and the operator's peak memory meanwhile.
+#[tokio::test]
+#[ignore = "figure: run by make bench"]
+async fn benchmark_admission_flood() {
+    let Some((env, op, client)) = setup().await else {
+        return;
+    };
+    let fx = Fx { client };
+    let flood_ns = env.create_namespace("adm-bench-flood").await.unwrap();
+    let calm_ns = env.create_namespace("adm-bench-calm").await.unwrap();
+    let name = "validator-bench-flood";
+    install_flood_validator(&fx, &flood_ns, name).await;
+    let n = 30;
+    let alone = admission_latencies(&fx.client, &calm_ns, name, n).await;
+    for creates in [32, 100] {
+        let peak_before = op.peak_rss_kib().unwrap();
+        let flood = start_flood(&fx.client, &flood_ns, name, creates);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let during = admission_latencies(&fx.client, &calm_ns, name, n).await;
+        let outcomes = flood.await.unwrap();
+        let peak_after = op.peak_rss_kib().unwrap();
+        let bounded = outcomes
+            .iter()
+            .filter(|o| o.message.contains("at its bound"))
+            .count();
+        report(&format!(
+            "FIGURE admission flood: another namespace's admission (n={n}) p50 {:.0} ms p90 {:.0} ms alone, p50 {:.0} ms p90 {:.0} ms during {creates} concurrent creates of spinning/hoarding validates in one namespace ({bounded} answered by its bound); operator peak RSS {} → {} MiB",
+            pct(&alone, 50),
+            pct(&alone, 90),
+            pct(&during, 50),
+            pct(&during, 90),
+            peak_before / 1024,
+            peak_after / 1024,
+        ));
+    }
+    uninstall(&fx, name).await;
 }
 
 /// One namespace floods admission with creates whose `validate` spins to
@@ -1490,39 +1588,10 @@ async fn one_namespaces_admission_flood_costs_only_that_namespace() {
     let flood_ns = env.create_namespace("adm-flood").await.unwrap();
     let calm_ns = env.create_namespace("adm-calm").await.unwrap();
     let name = "validator-flood";
-    install_validator(&fx, name, json!({"timeout": "1s", "memory": "64Mi"})).await;
-    // Admission validates with it once a create of a looping TrainJob
-    // takes its second.
-    eventually("admission with the flood plugin", TIMEOUT, || async {
-        let t = Instant::now();
-        let out = create(
-            &fx.client,
-            &attacked(&flood_ns, "probe", name, json!({"attack": "validate-loop"})),
-            true,
-        )
-        .await;
-        (!out.ok() && t.elapsed() >= Duration::from_millis(900)).then_some(())
-    })
-    .await;
+    install_flood_validator(&fx, &flood_ns, name).await;
     let alone = admission_p50(&fx.client, &calm_ns, name, 9).await;
     let peak_before = op.peak_rss_kib().unwrap();
-    let flood = {
-        let client = fx.client.clone();
-        let ns = flood_ns.clone();
-        tokio::spawn(async move {
-            let creates = (0..32).map(|i| {
-                let attack = if i % 4 == 0 {
-                    "validate-loop"
-                } else {
-                    "validate-alloc"
-                };
-                let tj = attacked(&ns, &format!("flood-{i}"), name, json!({"attack": attack}));
-                let client = client.clone();
-                async move { create(&client, &tj, true).await }
-            });
-            futures::future::join_all(creates).await
-        })
-    };
+    let flood = start_flood(&fx.client, &flood_ns, name, 32);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let during = admission_p50(&fx.client, &calm_ns, name, 9).await;
     let outcomes = flood.await.unwrap();
