@@ -964,6 +964,16 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     let queued = Instant::now();
     // Both are fetched and queued to compile (one at a time for tenants).
     queue_slow_compiles(&fx, &a, "slow", 3000).await;
+    let slow = async |i: usize| {
+        get(
+            &fx.client,
+            TF,
+            "TrainerPlugin",
+            Some(&a),
+            &format!("slow-{i}"),
+        )
+        .await
+    };
     // While they compile one at a time, their statuses say where each
     // stands: one compiling, the other queued behind it.
     let places = eventually(
@@ -972,14 +982,7 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
         || async {
             let mut places = Vec::new();
             for i in 0..2 {
-                let o = get(
-                    &fx.client,
-                    TF,
-                    "TrainerPlugin",
-                    Some(&a),
-                    &format!("slow-{i}"),
-                )
-                .await?;
+                let o = slow(i).await?;
                 let c = condition(&o, "Compiled")?;
                 (c["status"] == "Unknown" && c["reason"] == "Compiling").then_some(())?;
                 places.push(c["message"].as_str()?.to_owned());
@@ -1000,15 +1003,7 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
     let fresh_ready = started.elapsed();
     let mut attempted = 0;
     for i in 0..2 {
-        let o = get(
-            &fx.client,
-            TF,
-            "TrainerPlugin",
-            Some(&a),
-            &format!("slow-{i}"),
-        )
-        .await
-        .unwrap();
+        let o = slow(i).await.unwrap();
         attempted +=
             usize::from(condition(&o, "Compiled").is_some_and(|c| c["status"] != "Unknown"));
     }
