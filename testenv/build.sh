@@ -140,7 +140,7 @@ extract_data() {
   # k8s.io/kubernetes into MVS): fetch just its module zip, checked by GOSUMDB.
   sp=$(cd /tmp && go mod download -json "sigs.k8s.io/scheduler-plugins@$SCHED_PLUGINS_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
   [[ -n $sp ]] || { echo "cannot download scheduler-plugins" >&2; return 1; }
-  rm -rf "$DATA.new" && mkdir -p "$DATA.new"/{crds,jobset,kwok}
+  rm -rf "$DATA.new" && mkdir -p "$DATA.new"/{crds,jobset,kwok,monitoring}
   cp "$js/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$DATA.new/crds/"
   cp "$js/config/components/webhook/manifests.yaml" "$DATA.new/jobset/"
   cp "$js/config/components/webhook/patches/"{mutating,validating}-patch.yaml "$DATA.new/jobset/"
@@ -154,6 +154,15 @@ extract_data() {
   (cd "$GODIR/crdgen" && go tool controller-gen crd:crdVersions=v1,generateEmbeddedObjectMeta=true \
      paths=volcano.sh/apis/pkg/apis/scheduling/v1beta1 output:crd:dir="$tmp")
   cp "$tmp/scheduling.volcano.sh_podgroups.yaml" "$DATA.new/crds/"
+  rm -rf "$tmp"
+  # The Prometheus Operator's ServiceMonitor and PrometheusRule CRDs, generated
+  # from its API module the way its Makefile does (controller-gen over
+  # monitoring/v1): not installed by default; the manifests tests apply them
+  # to check manifests/monitoring against the real schemas.
+  tmp=$(mktemp -d)
+  (cd "$GODIR/crdgen" && go tool controller-gen crd:crdVersions=v1 \
+     paths=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1 output:crd:dir="$tmp")
+  cp "$tmp/monitoring.coreos.com_"{servicemonitors,prometheusrules}.yaml "$DATA.new/monitoring/"
   rm -rf "$tmp"
   chmod -R u+w "$DATA.new"
   rm -rf "$DATA" && mv "$DATA.new" "$DATA"

@@ -35,12 +35,19 @@ pub const THIRD_PARTY_CRDS: &[&str] = &[
     "scheduling.volcano.sh_podgroups.yaml",
 ];
 
+/// The Prometheus Operator's CRDs (in `<data>/monitoring/`), generated from
+/// its API module; installed only by tests that apply monitoring objects.
+pub const MONITORING_CRDS: &[&str] = &[
+    "monitoring.coreos.com_servicemonitors.yaml",
+    "monitoring.coreos.com_prometheusrules.yaml",
+];
+
 /// Resolved locations of everything the environment needs.
 #[derive(Debug, Clone)]
 pub struct Paths {
     /// Directory with the executables.
     pub bin: PathBuf,
-    /// Directory with `crds/`, `jobset/`, `kwok/`.
+    /// Directory with `crds/`, `jobset/`, `kwok/`, `monitoring/`.
     pub data: PathBuf,
     /// Directory with our own generated CRDs (may be missing or empty).
     pub own_crds: PathBuf,
@@ -65,6 +72,11 @@ impl Paths {
         }
     }
 
+    /// Path of one of [`MONITORING_CRDS`].
+    pub fn monitoring_crd(&self, file: &str) -> PathBuf {
+        self.data.join("monitoring").join(file)
+    }
+
     /// Path of one executable.
     pub fn binary(&self, name: &str) -> PathBuf {
         self.bin.join(name)
@@ -81,8 +93,10 @@ impl Paths {
             .filter(|b| !self.binary(b).is_file())
             .map(|b| b.to_string())
             .collect();
-        for crd in THIRD_PARTY_CRDS {
-            let p = self.data.join("crds").join(crd);
+        let crds = THIRD_PARTY_CRDS
+            .iter()
+            .map(|c| self.data.join("crds").join(c));
+        for p in crds.chain(MONITORING_CRDS.iter().map(|c| self.monitoring_crd(c))) {
             if !p.is_file() {
                 missing.push(p.display().to_string());
             }

@@ -1028,6 +1028,81 @@ async fn ensure_namespace_and_crds(client: &kube::Client, objs: &[Value]) {
         .unwrap();
 }
 
+/// `manifests/monitoring` against the Prometheus Operator's own schemas:
+/// with its ServiceMonitor and PrometheusRule CRDs installed (generated from
+/// its API module by the testenv, as its Makefile does), both objects pass
+/// a strict server-side dry run (an unknown or misspelt field is refused,
+/// not pruned), and a wrong duration or type in either is refused naming
+/// the field: the schemas are really applied.
+#[tokio::test]
+async fn monitoring_objects_fit_the_prometheus_operator_crds() {
+    use kube::api::ValidationDirective;
+    use trainforge_testenv::paths::{MONITORING_CRDS, Paths};
+
+    let Some(kubectl) = find_kubectl() else {
+        note("SKIPPING: no kubectl to render manifests/monitoring");
+        return;
+    };
+    let Some(env) = env() else { return };
+    let client = env.client().await.unwrap();
+    let paths = Paths::from_env();
+    let crds: Vec<PathBuf> = MONITORING_CRDS
+        .iter()
+        .map(|c| paths.monitoring_crd(c))
+        .collect();
+    trainforge_testenv::crds::install(&client, &crds, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": OPERATOR_NS}});
+    ssa(&client, &namespace, false).await.unwrap();
+    let objs = kustomize(&kubectl, &manifests().join("monitoring"));
+    let strict = |obj: Value| {
+        let client = client.clone();
+        async move {
+            let mut params = PatchParams::apply(FIELD_MANAGER).force();
+            params.dry_run = true;
+            params.field_validation = Some(ValidationDirective::Strict);
+            api_for(&client, &obj)
+                .await
+                .patch(name(&obj), &params, &Patch::Apply(&obj))
+                .await
+        }
+    };
+    let monitor = of_kind(&objs, "ServiceMonitor")[0].clone();
+    let rule = of_kind(&objs, "PrometheusRule")[0].clone();
+    for o in [&monitor, &rule] {
+        strict(o.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{} {} refused: {e}", kind(o), name(o)));
+    }
+    let refused = async |what: &str, obj: Value, words: &[&str]| match strict(obj).await {
+        Err(kube::Error::Api(s)) if words.iter().all(|w| s.message.contains(w)) => {
+            note(&format!("{what}: refused: {}", s.message));
+        }
+        other => panic!("{what}: expected a refusal naming {words:?}, got {other:?}"),
+    };
+    let mut bad = monitor.clone();
+    bad["spec"]["endpoints"][0]["interval"] = "every half minute".into();
+    refused(
+        "a ServiceMonitor interval that is no duration",
+        bad,
+        &["spec.endpoints[0].interval"],
+    )
+    .await;
+    let mut bad = monitor.clone();
+    bad["spec"]["endpoints"][0]["bearerTokenFiel"] = "/token".into();
+    refused("a misspelt ServiceMonitor field", bad, &["bearerTokenFiel"]).await;
+    let mut bad = rule.clone();
+    bad["spec"]["groups"][0]["rules"][0]["for"] = "ten minutes".into();
+    refused(
+        "a PrometheusRule `for` that is no duration",
+        bad,
+        &["spec.groups[0].rules[0].for"],
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn every_object_is_accepted_by_the_api_server_dry_run() {
     let Some(mut objs) = render() else { return };
