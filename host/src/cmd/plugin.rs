@@ -271,8 +271,20 @@ fn read_doc(path: &Path) -> Result<Value, Error> {
     })
 }
 
+/// `file` as the author tools load it: on its own, a builtin's name allowed
+/// (see [`reserved_name_note`]).
 fn load(rt: &PluginRuntime, file: &Path, config: Option<&Path>) -> Result<PluginSource, Error> {
     let mut src = PluginSource::from_file(file, rt.config().max_component_bytes)?;
+    // A builtin's own bytes load as an operator serves that builtin, with
+    // what it needs granted.
+    let digest = crate::plugin::sha256_hex(&src.bytes);
+    if let Some(b) = builtin::all().iter().find(|b| b.sha256 == digest) {
+        src = PluginSource {
+            label: src.label,
+            ..b.trusted_source()
+        };
+    }
+    src.reserve_builtin_names = false;
     if let Some(c) = config {
         let v: Value = serde_json::from_str(&read(c)?).map_err(|e| Error::Parse {
             path: c.to_owned(),
@@ -438,6 +450,9 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
             }
             src.grants = g;
             let p = rt.load(src)?;
+            if let Some(note) = reserved_name_note(&p) {
+                eprintln!("note: {note}");
+            }
             let (trainjob, info) = operator_inputs(&trainjob, &runtime, feature_gates)?;
             print_json(&dry_run(&p, &trainjob, &info)?)
         }
@@ -459,10 +474,32 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
     }
 }
 
+/// What an author is told when the component takes a builtin plugin's
+/// name: the author tools load it, an operator does not (it serves that
+/// name only from its own builtin).
+pub fn reserved_name_note(p: &LoadedPlugin) -> Option<String> {
+    let name = p.name();
+    if !builtin::names().iter().any(|n| n == name) {
+        return None;
+    }
+    let own = builtin::find(name).is_some_and(|b| b.sha256 == p.sha256());
+    Some(format!(
+        "{name:?} is the name of a builtin plugin, reserved for it where plugins serve: {}",
+        if own {
+            "this is that builtin's own component, which an operator serves as `source: {builtin: ...}`"
+        } else {
+            "an operator refuses this component (InvalidDescriptor) until it is renamed"
+        }
+    ))
+}
+
 fn inspect(p: &LoadedPlugin, size: usize, as_json: bool) -> Result<(), Error> {
     let d = p.descriptor();
+    let note = reserved_name_note(p);
     if as_json {
-        return print_json(&json!({"descriptor": d, "sha256": p.sha256(), "size": size}));
+        return print_json(
+            &json!({"descriptor": d, "sha256": p.sha256(), "size": size, "reservedName": note}),
+        );
     }
     let list = |v: Vec<String>| {
         if v.is_empty() {
@@ -484,6 +521,9 @@ fn inspect(p: &LoadedPlugin, size: usize, as_json: bool) -> Result<(), Error> {
     println!("reads:         {}", kinds(&d.reads));
     println!("watches:       {}", kinds(&d.watches));
     println!("capabilities:  {}", list(d.capabilities.clone()));
+    if let Some(note) = note {
+        println!("note:          {note}");
+    }
     Ok(())
 }
 
@@ -534,6 +574,9 @@ fn bench(
         p.name(),
         serde_json::to_string(info).map(|s| s.len()).unwrap_or(0)
     );
+    if let Some(note) = reserved_name_note(&p) {
+        println!("note: {note}");
+    }
     println!(
         "load: compile + describe {:.2} ms; cached + describe {:.3} ms",
         cold.as_secs_f64() * 1e3,

@@ -308,7 +308,12 @@ impl PluginRuntime {
             |s, p| p.trainforge_plugin_guest().call_describe(s),
         );
         let descriptor = described.map(descriptor_from_wit).and_then(|d| {
-            descriptor::check(label, &d, src.builtin, &builtin::names())?;
+            let reserved = if src.reserve_builtin_names {
+                builtin::names()
+            } else {
+                Vec::new()
+            };
+            descriptor::check(label, &d, src.builtin, &reserved)?;
             Ok(d)
         });
         let observed_name = descriptor.as_ref().map_or(label, |d| d.name.as_str());

@@ -111,6 +111,12 @@ pub struct PluginSource {
     /// compile waits, then that it compiles (a tenant's component not in
     /// the cache; nothing is told otherwise).
     pub compile_place: Option<tokio::sync::watch::Sender<super::CompilePlace>>,
+    /// Whether the builtin plugins' names are reserved for them (`true`):
+    /// a component that is not that builtin and names itself after one is
+    /// refused. Only the CLI's author tools, which load one component on
+    /// its own to look at, run or time it (`plugin inspect|run|bench`), set
+    /// `false`: a reserved name matters where plugins serve together.
+    pub reserve_builtin_names: bool,
 }
 
 impl PluginSource {
@@ -132,6 +138,7 @@ impl PluginSource {
             tenant: None,
             cancel: None,
             compile_place: None,
+            reserve_builtin_names: true,
         }
     }
 

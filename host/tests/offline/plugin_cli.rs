@@ -166,6 +166,78 @@ fn bench_prints_percentiles() {
     }
 }
 
+/// The author tools take any component, a builtin's own bytes and a fork
+/// that keeps a builtin's name included, and say what an operator would do
+/// with it; the operator's load refuses the fork.
+#[test]
+fn author_tools_take_components_named_as_builtins() {
+    let dir = tempfile::tempdir().unwrap();
+    let torch = trainforge::plugin::builtin::find("torch").unwrap();
+    let own = dir.path().join("plugin_torch.wasm");
+    std::fs::write(&own, torch.wasm).unwrap();
+    let fork_bytes = hostile_declaring(&serde_json::json!({"name": "torch", "emits": []}));
+    let fork = dir.path().join("fork.wasm");
+    std::fs::write(&fork, &fork_bytes).unwrap();
+    let (own, fork) = (own.to_str().unwrap(), fork.to_str().unwrap());
+
+    let (ok, out, err) = trainforge(&["plugin", "inspect", own]);
+    assert!(ok, "{err}");
+    assert!(out.contains("name:          torch"), "{out}");
+    assert!(
+        out.contains("note:") && out.contains("that builtin's own component"),
+        "{out}"
+    );
+    let (ok, out, err) = trainforge(&["plugin", "inspect", "--json", fork]);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["descriptor"]["name"], "torch");
+    let note = v["reservedName"].as_str().unwrap();
+    assert!(
+        note.contains("an operator refuses this component"),
+        "{note}"
+    );
+
+    let (ok, out, err) = trainforge(&["plugin", "bench", "--iterations", "3", own]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("plugin torch") && out.contains("note:"),
+        "{out}"
+    );
+
+    let tj = dir.path().join("trainjob.yaml");
+    let rt = dir.path().join("runtime.yaml");
+    std::fs::write(&tj, "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata:\n  name: demo\n  namespace: team\nspec:\n  runtimeRef:\n    name: torch-distributed\n").unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../api/tests/fixtures/upstream/torch-distributed.yaml"
+        ),
+        &rt,
+    )
+    .unwrap();
+    let (ok, out, err) = trainforge(&[
+        "plugin",
+        "run",
+        own,
+        "--trainjob",
+        tj.to_str().unwrap(),
+        "--runtime",
+        rt.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(err.contains("note:"), "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["plugin"]["name"], "torch");
+    assert_eq!(v["plugin"]["sha256"], torch.sha256);
+
+    // Where plugins serve, the fork is refused for its name.
+    let rt = trainforge::plugin::PluginRuntime::new(Default::default()).unwrap();
+    let e = rt
+        .load(trainforge::plugin::PluginSource::new("fork", fork_bytes))
+        .unwrap_err();
+    assert!(e.to_string().contains("reserved for the builtin"), "{e}");
+}
+
 #[test]
 fn corrupt_file_is_load_failed() {
     let dir = tempfile::tempdir().unwrap();
@@ -337,13 +409,8 @@ fn run_refuses_every_containment_class_with_its_reason() {
             vec![],
             "Timeout",
         ),
-        (
-            "7 reserved name",
-            json!({"name": "jobset"}),
-            json!({}),
-            vec![],
-            "reserved",
-        ),
+        // A builtin's name is reserved where plugins serve, not in the
+        // author tools (`author_tools_take_components_named_as_builtins`).
         (
             "7 too many kinds",
             json!({"name": "evil", "generate_reads": 3000}),
