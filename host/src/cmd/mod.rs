@@ -4,10 +4,12 @@
 //! - [`operator`]: `trainforge operator`, the operator's start-up.
 //! - [`render`]: `trainforge render`, the pipeline without a cluster.
 //! - [`plugin`]: `trainforge plugin inspect|run|bench|precompile` (and the
-//!   compile worker); [`oci`]: `trainforge plugin push|pull|sign|verify|keygen`.
+//!   compile worker); [`goldens`]: `trainforge plugin test`; [`oci`]:
+//!   `trainforge plugin push|pull|sign|verify|keygen`.
 //! - [`crds`]: `trainforge crds`, the CRD YAML from the Rust API types.
 
 pub mod crds;
+pub mod goldens;
 pub mod oci;
 pub mod operator;
 pub mod plugin;

@@ -108,6 +108,27 @@ pub enum PluginCommand {
         #[arg(long, default_value = "")]
         feature_gates: Features,
     },
+    /// Run a plugin against golden cases kept beside it: every
+    /// subdirectory of `--cases` holds `trainjob.yaml`, `runtime.yaml`,
+    /// optionally `config.json` and `objects/` (served to
+    /// `host.get-object`), and `expected.json`, what `run` prints for it
+    /// (without the plugin's digest; `{"error": …}` when the plugin fails).
+    /// Fails naming each case that differs and where; `--update` writes
+    /// the outputs as the new `expected.json`.
+    Test {
+        /// The component (`.wasm`).
+        file: PathBuf,
+        /// The directory of cases.
+        #[arg(long)]
+        cases: PathBuf,
+        /// Write each case's output as its `expected.json` instead of
+        /// comparing.
+        #[arg(long)]
+        update: bool,
+        /// Upstream's feature gates, as `run`'s.
+        #[arg(long, default_value = "")]
+        feature_gates: Features,
+    },
     /// Compile every builtin plugin for this binary's wasmtime
     /// configuration into `out`, to ship beside the binary: the operator
     /// loads them from there (`--plugin-artifacts-dir`, by default
@@ -183,6 +204,9 @@ pub enum Error {
     /// Publishing, fetching, signing or verifying an OCI plugin failed.
     #[error(transparent)]
     Oci(#[from] crate::cmd::oci::CliError),
+    /// `plugin test` did not pass.
+    #[error(transparent)]
+    Golden(#[from] super::goldens::Error),
 }
 
 /// `<apiVersion>/<Kind>` (the kind is after the last `/`).
@@ -456,6 +480,14 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
             let (trainjob, info) = operator_inputs(&trainjob, &runtime, feature_gates)?;
             print_json(&dry_run(&p, &trainjob, &info)?)
         }
+        PluginCommand::Test {
+            file,
+            cases,
+            update,
+            feature_gates,
+        } => Ok(super::goldens::run(&cases, update, |dir| {
+            case_output(&rt, &file, dir, feature_gates).map_err(|e| e.to_string())
+        })?),
         PluginCommand::Bench {
             file,
             iterations,
@@ -491,6 +523,57 @@ pub fn reserved_name_note(p: &LoadedPlugin) -> Option<String> {
             "an operator refuses this component (InvalidDescriptor) until it is renamed"
         }
     ))
+}
+
+/// What `plugin test` compares for the case in `dir` (see
+/// [`super::goldens`]): `run`'s output without the plugin's digest and
+/// version, or `{"error": …}` when the plugin fails; an error only when the
+/// case's own files cannot be read.
+fn case_output(
+    rt: &PluginRuntime,
+    file: &Path,
+    dir: &Path,
+    features: Features,
+) -> Result<Value, Error> {
+    let config = Some(dir.join("config.json")).filter(|p| p.is_file());
+    let mut src = load(rt, file, config.as_deref())?;
+    let mut objects = StaticObjects::default();
+    let objects_dir = dir.join("objects");
+    if objects_dir.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&objects_dir)
+            .map_err(|source| Error::Read {
+                path: objects_dir.clone(),
+                source,
+            })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file())
+            .collect();
+        files.sort();
+        for f in files {
+            objects.insert(&read_doc(&f)?);
+        }
+    }
+    src.objects = Arc::new(objects);
+    let (trainjob, info) = operator_inputs(
+        &dir.join("trainjob.yaml"),
+        &dir.join("runtime.yaml"),
+        features,
+    )?;
+    Ok(
+        match rt
+            .load(src)
+            .map_err(Error::from)
+            .and_then(|p| dry_run(&p, &trainjob, &info))
+        {
+            Ok(mut out) => {
+                if let Some(o) = out.as_object_mut() {
+                    o.remove("plugin");
+                }
+                out
+            }
+            Err(e) => json!({ "error": e.to_string() }),
+        },
+    )
 }
 
 fn inspect(p: &LoadedPlugin, size: usize, as_json: bool) -> Result<(), Error> {

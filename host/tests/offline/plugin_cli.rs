@@ -238,6 +238,91 @@ fn author_tools_take_components_named_as_builtins() {
     assert!(e.to_string().contains("reserved for the builtin"), "{e}");
 }
 
+/// `plugin test` keeps a plugin's goldens: cases without `expected.json`
+/// fail saying how to write them, `--update` writes them (a plugin failure
+/// included), they then pass, and an output that drifts fails naming the
+/// case and the JSON pointer that changed.
+#[test]
+fn plugin_test_keeps_goldens() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("cases");
+    let case = |name: &str, config: Option<&str>| {
+        let d = cases.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("trainjob.yaml"), "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata:\n  name: demo\n  namespace: team\nspec:\n  runtimeRef:\n    name: minimal\n").unwrap();
+        std::fs::write(
+            d.join("runtime.yaml"),
+            serde_json::to_string_pretty(&runtime()).unwrap(),
+        )
+        .unwrap();
+        if let Some(c) = config {
+            std::fs::write(d.join("config.json"), c).unwrap();
+        }
+        d
+    };
+    let greeting = case("greeting", Some(r#"{"greeting": "hello"}"#));
+    case("default", None);
+    let broken = case("broken-config", Some("{\"greeting\": [1, 2]}"));
+    let wasm = minimal_wasm().to_str().unwrap();
+    let cases_arg = cases.to_str().unwrap();
+    let test = |extra: &[&str]| {
+        let mut args = vec!["plugin", "test", wasm, "--cases", cases_arg];
+        args.extend_from_slice(extra);
+        trainforge(&args)
+    };
+
+    let (ok, out, err) = test(&[]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("run with --update to write it"), "{out}");
+    assert!(
+        err.contains("golden cases failed: broken-config, default, greeting"),
+        "{err}"
+    );
+
+    let (ok, out, err) = test(&["--update"]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("3 case(s): 3 passed or updated, 0 failed"),
+        "{out}"
+    );
+    let golden = |d: &std::path::Path| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(d.join("expected.json")).unwrap()).unwrap()
+    };
+    let g = golden(&greeting);
+    assert_eq!(g["objects"][0]["data"]["greeting"], "hello");
+    assert!(
+        g.get("plugin").is_none(),
+        "the digest is not part of a golden"
+    );
+    let b = golden(&broken);
+    assert!(
+        b["error"].as_str().is_some_and(|e| e.contains("minimal")),
+        "a failure is a golden too: {b}"
+    );
+
+    let (ok, out, err) = test(&[]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("ok      greeting"), "{out}");
+
+    // The golden says one thing, the plugin another.
+    let mut drifted = g.clone();
+    drifted["objects"][0]["data"]["greeting"] = "goodbye".into();
+    std::fs::write(
+        greeting.join("expected.json"),
+        serde_json::to_string(&drifted).unwrap(),
+    )
+    .unwrap();
+    let (ok, out, err) = test(&[]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("FAILED  greeting"), "{out}");
+    assert!(
+        out.contains("changed  /objects/0/data/greeting: now \"hello\""),
+        "{out}"
+    );
+    assert!(out.contains("ok      default"), "{out}");
+    assert!(err.contains("golden cases failed: greeting"), "{err}");
+}
+
 #[test]
 fn corrupt_file_is_load_failed() {
     let dir = tempfile::tempdir().unwrap();
