@@ -4,7 +4,8 @@
 //! - [`operator`]: `trainforge operator`, the operator's start-up.
 //! - [`render`]: `trainforge render`, the pipeline without a cluster.
 //! - [`plugin`]: `trainforge plugin inspect|run|bench|precompile` (and the
-//!   compile worker); [`goldens`]: `trainforge plugin test`; [`oci`]:
+//!   compile worker); [`goldens`]: `trainforge plugin test`; [`recording`]:
+//!   `plugin run --record|--replay`; [`oci`]:
 //!   `trainforge plugin push|pull|sign|verify|keygen`.
 //! - [`crds`]: `trainforge crds`, the CRD YAML from the Rust API types.
 
@@ -13,6 +14,7 @@ pub mod goldens;
 pub mod oci;
 pub mod operator;
 pub mod plugin;
+pub mod recording;
 pub mod render;
 
 use std::io::IsTerminal;

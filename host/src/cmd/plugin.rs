@@ -14,6 +14,8 @@ use crate::pipeline::features::Features;
 use crate::pipeline::input::{InputError, plugin_inputs};
 use crate::pipeline::sample;
 
+use super::recording::{Live, Recording, Replay};
+
 /// Namespace of a TrainJob file that names none.
 const DEFAULT_NAMESPACE: &str = "default";
 
@@ -50,6 +52,15 @@ pub enum PluginCommand {
         /// Plugin configuration (JSON).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Record what the plugin's `host.get-object` calls answer, read from
+        /// the cluster of the current kubeconfig, into this file (JSON; a
+        /// recorded Secret keeps its data).
+        #[arg(long, conflicts_with_all = ["objects", "replay"])]
+        record: Option<PathBuf>,
+        /// Answer `host.get-object` from this recording (`--record`), and
+        /// refuse a read it does not hold.
+        #[arg(long, conflicts_with = "objects")]
+        replay: Option<PathBuf>,
         /// Objects served to `host.get-object` (YAML or JSON; repeatable).
         #[arg(long = "object")]
         objects: Vec<PathBuf>,
@@ -328,7 +339,7 @@ fn load_tenant(
     tp: &Path,
     policy: Option<&Path>,
     trainjob: &Value,
-    objects: StaticObjects,
+    objects: Arc<dyn crate::plugin::ObjectSource>,
 ) -> Result<LoadedPlugin, Error> {
     let plugin = read_trainer_plugin(tp)?;
     let policy = policy.map(read_policy).transpose()?;
@@ -339,7 +350,7 @@ fn load_tenant(
         src.bytes,
         policy.as_ref(),
         DEFAULT_NAMESPACE,
-        Arc::new(objects),
+        objects,
     )
     .map_err(|e| Error::Usage(e.to_string()))?;
     let job_ns = trainjob
@@ -441,6 +452,8 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
             trainjob,
             runtime,
             config,
+            record,
+            replay,
             objects,
             grants,
             allowed_kinds,
@@ -449,36 +462,33 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
             policy,
             feature_gates,
         } => {
-            if let Some(tp) = trainer_plugin {
-                let mut store = StaticObjects::default();
-                for o in &objects {
-                    store.insert(&read_doc(o)?);
-                }
+            let (served, recording) = object_source(&objects, record.is_some(), replay.as_deref())?;
+            let out = if let Some(tp) = trainer_plugin {
                 let (trainjob, info) = operator_inputs(&trainjob, &runtime, feature_gates)?;
-                let p = load_tenant(&rt, &file, &tp, policy.as_deref(), &trainjob, store)?;
-                return print_json(&dry_run(&p, &trainjob, &info)?);
+                let p = load_tenant(&rt, &file, &tp, policy.as_deref(), &trainjob, served)?;
+                dry_run(&p, &trainjob, &info)?
+            } else {
+                run_one(
+                    &rt,
+                    &file,
+                    config.as_deref(),
+                    served,
+                    (&grants, &allowed_kinds, &allowed_reads),
+                    (&trainjob, &runtime, feature_gates),
+                )?
+            };
+            if let (Some(r), Some(path)) = (recording, record) {
+                r.save(&path).map_err(|e| Error::Usage(e.to_string()))?;
+                let secrets = r.secrets();
+                if !secrets.is_empty() {
+                    eprintln!(
+                        "note: {} holds the data of Secret(s) {}: keep it as secret as they are",
+                        path.display(),
+                        secrets.join(", ")
+                    );
+                }
             }
-            let mut src = load(&rt, &file, config.as_deref())?;
-            src.allowed_emits = parse_kinds(&allowed_kinds)?;
-            src.allowed_reads = parse_kinds(&allowed_reads)?;
-            let mut store = StaticObjects::default();
-            for o in &objects {
-                store.insert(&read_doc(o)?);
-            }
-            src.objects = Arc::new(store);
-            let (g, unknown) = Grants::from_names(grants.iter().map(String::as_str));
-            if !unknown.is_empty() {
-                return Err(Error::Usage(format!(
-                    "unknown grants {unknown:?}: use random, clock, privileged, hostNamespaces, hostPorts, hostPath=<prefix>, capability=<CAP>, serviceAccount=<name>, image=<prefix>, schedulerName=<name>, priorityClass=<name>, nodePlacement=<key>, secret=<name>, configMap=<name>, serviceAccountTokens, dns, resources or container=<name>"
-                )));
-            }
-            src.grants = g;
-            let p = rt.load(src)?;
-            if let Some(note) = reserved_name_note(&p) {
-                eprintln!("note: {note}");
-            }
-            let (trainjob, info) = operator_inputs(&trainjob, &runtime, feature_gates)?;
-            print_json(&dry_run(&p, &trainjob, &info)?)
+            print_json(&out)
         }
         PluginCommand::Test {
             file,
@@ -523,6 +533,74 @@ pub fn reserved_name_note(p: &LoadedPlugin) -> Option<String> {
             "an operator refuses this component (InvalidDescriptor) until it is renamed"
         }
     ))
+}
+
+/// Where `run`'s `host.get-object` answers come from: the `--object`
+/// files, a recording being made of the live cluster (returned too, to be
+/// saved after the run), or a recording replayed.
+#[allow(clippy::type_complexity)]
+fn object_source(
+    objects: &[PathBuf],
+    record: bool,
+    replay: Option<&Path>,
+) -> Result<
+    (
+        Arc<dyn crate::plugin::ObjectSource>,
+        Option<Arc<Recording<Live>>>,
+    ),
+    Error,
+> {
+    let usage = |e: super::recording::Error| Error::Usage(e.to_string());
+    if record {
+        let r = Arc::new(Recording::new(Live::connect().map_err(usage)?));
+        return Ok((r.clone(), Some(r)));
+    }
+    if let Some(path) = replay {
+        return Ok((Arc::new(Replay::load(path).map_err(usage)?), None));
+    }
+    let mut store = StaticObjects::default();
+    for o in objects {
+        store.insert(&read_doc(o)?);
+    }
+    Ok((Arc::new(store), None))
+}
+
+/// `run` of a cluster plugin: `file` with the grants and kinds given as
+/// `(grants, allowed kinds, allowed reads)`, on the TrainJob and runtime in
+/// `(trainjob, runtime, gates)`.
+fn run_one(
+    rt: &PluginRuntime,
+    file: &Path,
+    config: Option<&Path>,
+    objects: Arc<dyn crate::plugin::ObjectSource>,
+    (grants, allowed_kinds, allowed_reads): (&[String], &[String], &[String]),
+    (trainjob, runtime, features): (&Path, &Path, Features),
+) -> Result<Value, Error> {
+    // A builtin's own bytes keep what the operator grants it unless the
+    // command line says otherwise.
+    let mut src = load(rt, file, config)?;
+    if let Some(k) = parse_kinds(allowed_kinds)? {
+        src.allowed_emits = Some(k);
+    }
+    if let Some(k) = parse_kinds(allowed_reads)? {
+        src.allowed_reads = Some(k);
+    }
+    src.objects = objects;
+    let (g, unknown) = Grants::from_names(grants.iter().map(String::as_str));
+    if !unknown.is_empty() {
+        return Err(Error::Usage(format!(
+            "unknown grants {unknown:?}: use random, clock, privileged, hostNamespaces, hostPorts, hostPath=<prefix>, capability=<CAP>, serviceAccount=<name>, image=<prefix>, schedulerName=<name>, priorityClass=<name>, nodePlacement=<key>, secret=<name>, configMap=<name>, serviceAccountTokens, dns, resources or container=<name>"
+        )));
+    }
+    if !grants.is_empty() || !src.builtin {
+        src.grants = g;
+    }
+    let p = rt.load(src)?;
+    if let Some(note) = reserved_name_note(&p) {
+        eprintln!("note: {note}");
+    }
+    let (trainjob, info) = operator_inputs(trainjob, runtime, features)?;
+    dry_run(&p, &trainjob, &info)
 }
 
 /// What `plugin test` compares for the case in `dir` (see

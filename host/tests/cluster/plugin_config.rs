@@ -12,6 +12,10 @@
 //! test (tests share one API server). Prints the time from a CR edit to the
 //! new digest serving (a figure, never asserted).
 //!
+//! Also: `trainforge plugin run --record` against this API server and
+//! `--replay` without one give the same output for a plugin that reads a
+//! cluster object (the MPI plugin's SSH Secret).
+//!
 //! Skips (passes with a note on stderr) when the control plane is not built;
 //! `TRAINFORGE_TESTENV_REQUIRED=1` makes that a failure.
 
@@ -711,4 +715,103 @@ async fn default_plugins_hot_swap_refuse_and_roll_back() {
     for name in names.iter().filter(|n| *n != "torch") {
         api.delete(name, &DeleteParams::default()).await.unwrap();
     }
+}
+
+/// `plugin run --record` reads the MPI plugin's SSH Secret from the API
+/// server (so the plugin does not generate a new one), and `--replay` feeds
+/// the recording back with no cluster at all: the same output, byte for
+/// byte. A read the recording does not hold (another TrainJob's Secret) is
+/// refused, naming it.
+#[tokio::test]
+async fn plugin_run_records_and_replays_cluster_reads() {
+    use k8s_openapi::api::core::v1::Secret;
+    let Some(env) = env() else { return };
+    let client = env.client().await.unwrap();
+    let ns = env.create_namespace("record").await.unwrap();
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "mpi-job-mpi-ssh-auth", "namespace": ns},
+        "type": "kubernetes.io/ssh-auth",
+        "data": {"ssh-privatekey": "a2V5", "ssh-publickey": "cHVi"}}))
+    .unwrap();
+    Api::<Secret>::namespaced(client, &ns)
+        .create(&Default::default(), &secret)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let wasm = d.join("plugin_mpi.wasm");
+    std::fs::write(
+        &wasm,
+        trainforge::plugin::builtin::find("mpi").unwrap().wasm,
+    )
+    .unwrap();
+    let runtime = root().join("api/tests/fixtures/upstream/deepspeed-distributed.yaml");
+    let trainjob = |name: &str| {
+        let p = d.join(format!("{name}.yaml"));
+        std::fs::write(&p, format!("apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  runtimeRef:\n    name: deepspeed-distributed\n")).unwrap();
+        p
+    };
+    let recording = d.join("recording.json");
+    let run = |tj: &Path, how: &[&str], kubeconfig: &Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_trainforge"))
+            .args(["plugin", "run"])
+            .arg(&wasm)
+            .arg("--trainjob")
+            .arg(tj)
+            .arg("--runtime")
+            .arg(&runtime)
+            .args(how)
+            .env("KUBECONFIG", kubeconfig)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let job = trainjob("mpi-job");
+    let rec = recording.to_str().unwrap();
+    let (ok, recorded, err) = run(&job, &["--record", rec], env.kubeconfig());
+    assert!(ok, "{err}");
+    let out: Value = serde_json::from_str(&recorded).unwrap();
+    let kinds: Vec<&str> = out["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        !kinds.contains(&"Secret"),
+        "the Secret was read from the cluster, not generated: {kinds:?}"
+    );
+    assert!(kinds.contains(&"ConfigMap"), "{kinds:?}");
+    assert!(err.contains("holds the data of Secret"), "{err}");
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(&recording).unwrap()).unwrap();
+    assert!(
+        file["recorded"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "Secret"
+                && e["name"] == "mpi-job-mpi-ssh-auth"
+                && e["object"]["data"]["ssh-publickey"] == "cHVi"),
+        "{file}"
+    );
+
+    // No cluster: the recording answers.
+    let nowhere = d.join("no-such-kubeconfig");
+    let (ok, replayed, err) = run(&job, &["--replay", rec], &nowhere);
+    assert!(ok, "{err}");
+    assert_eq!(
+        replayed, recorded,
+        "the replay gives the recorded run's output"
+    );
+    let (ok, _, err) = run(&trainjob("other-job"), &["--replay", rec], &nowhere);
+    assert!(!ok);
+    assert!(
+        err.contains("v1/Secret") && err.contains("other-job-mpi-ssh-auth was not recorded"),
+        "{err}"
+    );
 }
