@@ -5,8 +5,10 @@
 //! Rules:
 //! - every subdirectory of the cases directory is one case, named by its
 //!   directory: `trainjob.yaml` and `runtime.yaml` (YAML or JSON), and
-//!   optionally `config.json` (the plugin's configuration) and `objects/`
-//!   (every YAML or JSON file in it is served to `host.get-object`);
+//!   optionally `config.json` (the plugin's configuration) and either
+//!   `objects/` (every YAML or JSON file in it is served to
+//!   `host.get-object`) or `recording.json` (a `plugin run --record`
+//!   recording, replayed);
 //! - a case's output is what `trainforge plugin run` prints for it without
 //!   the plugin's own digest and version (a rebuild that changes nothing
 //!   else passes), or `{"error": …}` when the plugin fails: a failure can be

@@ -615,6 +615,11 @@ fn case_output(
 ) -> Result<Value, Error> {
     let config = Some(dir.join("config.json")).filter(|p| p.is_file());
     let mut src = load(rt, file, config.as_deref())?;
+    let recording = dir.join("recording.json");
+    if recording.is_file() {
+        src.objects = Arc::new(Replay::load(&recording).map_err(|e| Error::Usage(e.to_string()))?);
+        return case_result(rt, src, dir, features);
+    }
     let mut objects = StaticObjects::default();
     let objects_dir = dir.join("objects");
     if objects_dir.is_dir() {
@@ -632,6 +637,16 @@ fn case_output(
         }
     }
     src.objects = Arc::new(objects);
+    case_result(rt, src, dir, features)
+}
+
+/// [`case_output`] once the case's objects are in `src`.
+fn case_result(
+    rt: &PluginRuntime,
+    src: PluginSource,
+    dir: &Path,
+    features: Features,
+) -> Result<Value, Error> {
     let (trainjob, info) = operator_inputs(
         &dir.join("trainjob.yaml"),
         &dir.join("runtime.yaml"),

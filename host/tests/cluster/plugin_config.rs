@@ -814,4 +814,37 @@ async fn plugin_run_records_and_replays_cluster_reads() {
         err.contains("v1/Secret") && err.contains("other-job-mpi-ssh-auth was not recorded"),
         "{err}"
     );
+
+    // A `plugin test` case holding the recording: its golden is the
+    // recorded run's output, without the plugin's digest.
+    let case = d.join("cases/recorded");
+    std::fs::create_dir_all(&case).unwrap();
+    std::fs::copy(&job, case.join("trainjob.yaml")).unwrap();
+    std::fs::copy(&runtime, case.join("runtime.yaml")).unwrap();
+    std::fs::copy(&recording, case.join("recording.json")).unwrap();
+    let cases = d.join("cases");
+    for update in [true, false] {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_trainforge"));
+        cmd.args(["plugin", "test"])
+            .arg(&wasm)
+            .arg("--cases")
+            .arg(&cases)
+            .env("KUBECONFIG", &nowhere);
+        if update {
+            cmd.arg("--update");
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut golden: Value =
+        serde_json::from_str(&std::fs::read_to_string(case.join("expected.json")).unwrap())
+            .unwrap();
+    let mut want = out.clone();
+    want.as_object_mut().unwrap().remove("plugin");
+    golden.as_object_mut().unwrap().remove("plugin");
+    assert_eq!(golden, want);
 }
