@@ -5,7 +5,7 @@
 //! - [`render`]: `trainforge render`, the pipeline without a cluster.
 //! - [`plugin`]: `trainforge plugin inspect|run|bench|precompile` (and the
 //!   compile worker); [`goldens`]: `trainforge plugin test`; [`recording`]:
-//!   `plugin run --record|--replay`; [`oci`]:
+//!   `plugin run --record|--replay`; [`scaffold`]: `plugin new`; [`oci`]:
 //!   `trainforge plugin push|pull|sign|verify|keygen`.
 //! - [`crds`]: `trainforge crds`, the CRD YAML from the Rust API types.
 
@@ -16,6 +16,7 @@ pub mod operator;
 pub mod plugin;
 pub mod recording;
 pub mod render;
+pub mod scaffold;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

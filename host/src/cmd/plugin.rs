@@ -119,6 +119,24 @@ pub enum PluginCommand {
         #[arg(long, default_value = "")]
         feature_gates: Features,
     },
+    /// Make a new plugin crate: a working plugin (one policy key, env var,
+    /// ConfigMap and validation rule) with its unit tests, a golden case
+    /// for `plugin test` and a README with the commands from build to a
+    /// signed artifact.
+    New {
+        /// The plugin's name (a DNS label, not a builtin's).
+        name: String,
+        /// The language: `rust` (no Python SDK yet).
+        #[arg(long, default_value = "rust")]
+        lang: String,
+        /// The directory to create (default: `./NAME`).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The Rust SDK (`sdk/` of trainforge) to depend on (default: the
+        /// one this binary was built from).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
     /// Run a plugin against golden cases kept beside it: every
     /// subdirectory of `--cases` holds `trainjob.yaml`, `runtime.yaml`,
     /// optionally `config.json` and `objects/` (served to
@@ -218,6 +236,9 @@ pub enum Error {
     /// `plugin test` did not pass.
     #[error(transparent)]
     Golden(#[from] super::goldens::Error),
+    /// `plugin new` could not make the plugin.
+    #[error(transparent)]
+    Scaffold(#[from] super::scaffold::Error),
 }
 
 /// `<apiVersion>/<Kind>` (the kind is after the last `/`).
@@ -429,11 +450,25 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
         PluginCommand::Pull(a) => return Ok(crate::cmd::oci::pull(a)?),
         PluginCommand::Sign(a) => return Ok(crate::cmd::oci::sign(a)?),
         PluginCommand::Verify(a) => return Ok(crate::cmd::oci::verify(a)?),
+        PluginCommand::New {
+            name,
+            lang,
+            dir,
+            sdk,
+        } => {
+            let made = super::scaffold::new_plugin(name, lang, dir.as_deref(), sdk.as_deref())?;
+            println!(
+                "made plugin {name} in {} (its README.md says what next)",
+                made.display()
+            );
+            return Ok(());
+        }
         _ => {}
     }
     let rt = cli_runtime()?;
     match cmd {
         PluginCommand::CompileWorker { .. }
+        | PluginCommand::New { .. }
         | PluginCommand::Precompile { .. }
         | PluginCommand::Keygen(_)
         | PluginCommand::Push(_)

@@ -323,6 +323,73 @@ fn plugin_test_keeps_goldens() {
     assert!(err.contains("golden cases failed: greeting"), "{err}");
 }
 
+/// `plugin new` makes a plugin that passes its own unit tests natively,
+/// builds as a component, and keeps its golden case with `plugin test`.
+/// The crate builds with the workspace's lockfile and target directories,
+/// offline, as the rest of the tests do.
+#[test]
+fn plugin_new_makes_a_plugin_that_builds_and_passes_its_tests() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("myfw");
+    let (ok, out, err) = trainforge(&["plugin", "new", "myfw", "--dir", dir.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("made plugin myfw"), "{out}");
+    // Refused: a builtin's name, over the plugin just made, Python.
+    let (ok, _, err) = trainforge(&[
+        "plugin",
+        "new",
+        "torch",
+        "--dir",
+        tmp.path().join("t").to_str().unwrap(),
+    ]);
+    assert!(!ok && err.contains("builtin"), "{err}");
+    let (ok, _, err) = trainforge(&["plugin", "new", "myfw", "--dir", dir.to_str().unwrap()]);
+    assert!(!ok && err.contains("not empty"), "{err}");
+    let (ok, _, err) = trainforge(&["plugin", "new", "pyfw", "--lang", "python"]);
+    assert!(!ok && err.contains("no Python SDK"), "{err}");
+
+    std::fs::copy(root().join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+    let cargo = |target: &str, args: &[&str]| {
+        let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(args)
+            .arg("--offline")
+            .current_dir(&dir)
+            .env("CARGO_TARGET_DIR", root().join(target))
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("RUSTFLAGS")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cargo {args:?} in the new plugin failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let tests = cargo("target", &["test", "--lib"]);
+    assert!(tests.contains("test result: ok. 3 passed"), "{tests}");
+    cargo(
+        "target/plugin-target",
+        &["build", "--profile", "plugin", "--target", "wasm32-wasip2"],
+    );
+    let wasm = root().join("target/plugin-target/wasm32-wasip2/plugin/plugin_myfw.wasm");
+    let (wasm, cases) = (wasm.to_str().unwrap(), dir.join("cases"));
+    let cases = cases.to_str().unwrap();
+    let (ok, out, err) = trainforge(&["plugin", "test", wasm, "--cases", cases, "--update"]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = trainforge(&["plugin", "test", wasm, "--cases", cases]);
+    assert!(ok && out.contains("ok      basic"), "{out}{err}");
+    let golden: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("cases/basic/expected.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(golden["objects"][0]["metadata"]["name"], "demo-myfw");
+    assert_eq!(
+        golden["info"]["templateSpec"]["podSets"][0]["containers"][0]["env"][0]["name"],
+        "MYFW_PLUGIN"
+    );
+}
+
 #[test]
 fn corrupt_file_is_load_failed() {
     let dir = tempfile::tempdir().unwrap();
