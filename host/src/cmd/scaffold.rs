@@ -117,13 +117,10 @@ fn check_name(name: &str) -> Result<(), Error> {
         name: name.to_owned(),
         why: why.to_owned(),
     };
-    let label = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && !name.ends_with('-');
+    // The descriptor's own rule, and a letter first (the env var the
+    // template derives from the name).
+    let label = crate::plugin::descriptor::is_dns_label(name)
+        && name.starts_with(|c: char| c.is_ascii_lowercase());
     if !label {
         return Err(bad(
             "not a DNS label starting with a letter (lower-case letters, digits and '-', at most 63)",
