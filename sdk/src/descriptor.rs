@@ -1,6 +1,6 @@
 //! A builder for [`Descriptor`].
 
-use trainforge_api::plugin::{Descriptor, KindRef, Phase, WIT_VERSION};
+use trainforge_api::plugin::{Descriptor, KindRef, OBJECT_NAMES, ObjectName, Phase, WIT_VERSION};
 
 /// Builds a [`Descriptor`] with the SDK's WIT version filled in.
 #[derive(Debug, Clone)]
@@ -44,6 +44,20 @@ impl DescriptorBuilder {
     /// A kind whose changes re-trigger the owning TrainJob.
     pub fn watches(mut self, api_version: &str, kind: &str) -> Self {
         self.0.watches.push(KindRef::new(api_version, kind));
+        self
+    }
+
+    /// A naming rule: every object of this kind the plugin emits for
+    /// TrainJob `t` is named `t` + `suffix` (`""`: exactly `t`). The host
+    /// then refuses that name from every other TrainJob's plugins, so no
+    /// one can create the object first. Announces the `object-names` phase.
+    pub fn object_name(mut self, api_version: &str, kind: &str, suffix: &str) -> Self {
+        self.0
+            .object_names
+            .push(ObjectName::new(KindRef::new(api_version, kind), suffix));
+        if !self.0.phases.iter().any(|p| p == OBJECT_NAMES) {
+            self.0.phases.push(OBJECT_NAMES.to_owned());
+        }
         self
     }
 

@@ -2,6 +2,7 @@
 
 use crate::Plugin;
 use crate::bindings::exports::trainforge::plugin::guest::Guest;
+use crate::bindings::exports::trainforge::plugin::naming;
 use crate::bindings::trainforge::plugin::types as wit;
 use crate::context::{PhaseContext, ValidateContext};
 use crate::host::WasmHost;
@@ -104,6 +105,23 @@ fn mutate(
 /// freeing large parsed values piece by piece would only cost time.
 fn discard<T>(value: T) {
     std::mem::forget(value);
+}
+
+impl<P: Plugin> naming::Guest for Export<P> {
+    fn object_names() -> Vec<naming::ObjectName> {
+        P::default()
+            .describe()
+            .object_names
+            .into_iter()
+            .map(|n| naming::ObjectName {
+                kind: wit::KindRef {
+                    api_version: n.kind.api_version,
+                    kind: n.kind.kind,
+                },
+                suffix: n.suffix,
+            })
+            .collect()
+    }
 }
 
 impl<P: Plugin> Guest for Export<P> {

@@ -53,7 +53,7 @@ pub mod testing;
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "plugin",
+        world: "plugin-with-names",
         pub_export_macro: true,
         default_bindings_module: "trainforge_sdk::bindings",
     });

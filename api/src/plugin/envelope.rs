@@ -169,6 +169,44 @@ pub struct Descriptor {
     pub watches: Vec<KindRef>,
     /// Host capabilities requested (e.g. `random`).
     pub capabilities: Vec<String>,
+    /// How the plugin names the objects it emits (WIT `naming`, read only
+    /// when [`OBJECT_NAMES`] is among the phases). Empty: no rule beyond
+    /// the host's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub object_names: Vec<ObjectName>,
+}
+
+/// The phase name a plugin lists in [`Descriptor::phases`] to announce
+/// that it exports WIT `naming` (its [`Descriptor::object_names`]).
+pub const OBJECT_NAMES: &str = "object-names";
+
+/// One naming rule of a plugin (WIT `naming.object-name`): every object
+/// of `kind` (by API group and kind) it emits for TrainJob `t` is named
+/// `t` + `suffix`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ObjectName {
+    /// The kind named so.
+    pub kind: KindRef,
+    /// Empty (named exactly as the TrainJob) or `-…`.
+    pub suffix: String,
+}
+
+impl ObjectName {
+    /// The rule for objects of `kind` named `<trainjob><suffix>`.
+    pub fn new(kind: KindRef, suffix: impl Into<String>) -> Self {
+        ObjectName {
+            kind,
+            suffix: suffix.into(),
+        }
+    }
+
+    /// The TrainJob whose object `name` (of this rule's kind) would be,
+    /// if the name follows this rule: `name` without the suffix, when
+    /// that leaves a non-empty name.
+    pub fn trainjob_of<'a>(&self, name: &'a str) -> Option<&'a str> {
+        name.strip_suffix(self.suffix.as_str())
+            .filter(|rest| !rest.is_empty())
+    }
 }
 
 impl Descriptor {

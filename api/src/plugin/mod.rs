@@ -10,8 +10,8 @@ mod envelope;
 mod info;
 
 pub use envelope::{
-    Descriptor, FieldError, FieldErrorType, KindRef, Mutation, ObjectKey, Phase, PluginError,
-    Validation, WIT_VERSION, object_key,
+    Descriptor, FieldError, FieldErrorType, KindRef, Mutation, OBJECT_NAMES, ObjectKey, ObjectName,
+    Phase, PluginError, Validation, WIT_VERSION, object_key,
 };
 pub use info::{
     ANCESTOR_LABEL, Container, Info, InfoError, PodSet, RuntimePolicy, Scheduler, TemplateSpec,

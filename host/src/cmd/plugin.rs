@@ -732,6 +732,15 @@ fn inspect(p: &LoadedPlugin, size: usize, as_json: bool) -> Result<(), Error> {
     println!("reads:         {}", kinds(&d.reads));
     println!("watches:       {}", kinds(&d.watches));
     println!("capabilities:  {}", list(d.capabilities.clone()));
+    println!(
+        "names:         {}",
+        list(
+            d.object_names
+                .iter()
+                .map(|n| format!("{} <trainjob>{}", n.kind, n.suffix))
+                .collect()
+        )
+    );
     if let Some(note) = note {
         println!("note:          {note}");
     }

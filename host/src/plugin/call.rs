@@ -3,7 +3,7 @@
 
 use super::Error;
 use super::FailurePolicy;
-use super::bindings::wit;
+use super::bindings::{PluginPre, wit};
 use super::bounded::{self, MAX_FIELD_ERRORS, MAX_WARNINGS};
 use super::code::Code;
 use super::engine::{EpochTicker, Limits, deadline_ticks};
@@ -180,6 +180,7 @@ pub(crate) fn descriptor_from_wit(d: wit::Descriptor) -> Descriptor {
         reads: kinds(d.reads),
         watches: kinds(d.watches),
         capabilities: d.capabilities,
+        object_names: Vec::new(),
     }
 }
 
@@ -230,6 +231,20 @@ pub(crate) fn with_instance<R>(
     timeout: Duration,
     f: impl FnOnce(&mut Store<CallState>, &super::bindings::Plugin) -> wasmtime::Result<R>,
 ) -> (Result<R, Error>, usize, Duration) {
+    with_instance_of(env, phase, scope, timeout, |pre, s| pre.instantiate(s), f)
+}
+
+/// [`with_instance`] with the instance made by `instantiate` from the
+/// plugin's linked code (for a world other than `plugin`, such as
+/// `plugin-with-names`); the same limits and the same errors.
+pub(crate) fn with_instance_of<I, R>(
+    env: &CallEnv,
+    phase: &str,
+    scope: &CallScope,
+    timeout: Duration,
+    instantiate: impl FnOnce(&PluginPre<CallState>, &mut Store<CallState>) -> wasmtime::Result<I>,
+    f: impl FnOnce(&mut Store<CallState>, &I) -> wasmtime::Result<R>,
+) -> (Result<R, Error>, usize, Duration) {
     let ctx = &env.ctx;
     let limits: Limits = ctx.limits;
     let pre = match env.code.pre() {
@@ -244,7 +259,7 @@ pub(crate) fn with_instance<R>(
     store.limiter(|s| &mut s.limiter);
     store.set_epoch_deadline(deadline_ticks(timeout, env.tick));
     store.epoch_deadline_trap();
-    let result = match pre.instantiate(&mut store) {
+    let result = match instantiate(&pre, &mut store) {
         Ok(instance) => f(&mut store, &instance),
         Err(e)
             if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()

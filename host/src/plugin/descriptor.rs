@@ -14,11 +14,20 @@
 //! - `emits`, `reads`, `watches`: at most [`MAX_KINDS`] each and
 //!   [`MAX_DISTINCT_KINDS`] together, each a valid `apiVersion` and `kind`;
 //! - `capabilities`: at most [`MAX_CAPABILITIES`] names of at most 64
-//!   characters.
+//!   characters;
+//! - naming rules (`naming.object-names`, read only when `object-names` is
+//!   among the phases; [`check_object_names`]): at most
+//!   [`MAX_OBJECT_NAMES`], each for a kind the plugin declares in `emits`,
+//!   with a suffix that is empty or `-` and at most [`MAX_SUFFIX`]
+//!   characters a name can end in, never the host's runtime-snapshot
+//!   suffix, and an empty suffix only for kinds other than ConfigMap and
+//!   Secret (which every plugin emits: claiming every one named as a
+//!   TrainJob would refuse all the others').
 
 use super::Error;
 use super::bounded;
-use trainforge_api::plugin::{Descriptor, KindRef, WIT_VERSION};
+use super::output_check::SNAPSHOT_SUFFIX;
+use trainforge_api::plugin::{Descriptor, KindRef, ObjectName, WIT_VERSION};
 
 /// `major.minor` of a version string, for 0.x compatibility (a 0.x minor
 /// bump is breaking in semver; patches are additive).
@@ -197,6 +206,77 @@ pub fn check(
     Ok(())
 }
 
+/// At most this many naming rules per plugin.
+pub const MAX_OBJECT_NAMES: usize = 16;
+/// At most this many characters in a naming rule's suffix.
+pub const MAX_SUFFIX: usize = 64;
+
+/// Check the naming rules `names` that plugin `d` returned from
+/// `naming.object-names` (see the module doc): a refusal names the rule.
+pub fn check_object_names(d: &Descriptor, names: &[ObjectName]) -> Result<(), Error> {
+    let bad = |message: String| Error::InvalidDescriptor {
+        plugin: d.name.clone(),
+        message,
+    };
+    if names.len() > MAX_OBJECT_NAMES {
+        return Err(bad(format!(
+            "{} naming rules (object-names); at most {MAX_OBJECT_NAMES}",
+            names.len()
+        )));
+    }
+    let same_kind = |a: &KindRef, b: &KindRef| a.group() == b.group() && a.kind == b.kind;
+    for n in names {
+        let shown = || {
+            format!(
+                "naming rule {}{:?}",
+                bounded::sanitize(&n.kind.to_string(), 120),
+                bounded::sanitize(&n.suffix, 64)
+            )
+        };
+        if !valid_kind(&n.kind) || !d.emits.iter().any(|k| same_kind(k, &n.kind)) {
+            return Err(bad(format!(
+                "{}: its kind is not one the plugin declares in emits",
+                shown()
+            )));
+        }
+        if !valid_suffix(&n.suffix) {
+            return Err(bad(format!(
+                "{}: a suffix is empty, or '-' then lower-case letters, digits, '-' and '.' (not last), at most {MAX_SUFFIX} characters",
+                shown()
+            )));
+        }
+        if n.suffix.ends_with(SNAPSHOT_SUFFIX) {
+            return Err(bad(format!(
+                "{}: names ending in {SNAPSHOT_SUFFIX:?} are the host's runtime snapshots",
+                shown()
+            )));
+        }
+        if n.suffix.is_empty()
+            && n.kind.group().is_empty()
+            && ["ConfigMap", "Secret"].contains(&n.kind.kind.as_str())
+        {
+            return Err(bad(format!(
+                "{}: a ConfigMap or Secret named exactly as its TrainJob cannot be claimed (every plugin emits these kinds); use a suffix",
+                shown()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Empty, or `-` then what a DNS subdomain may end in.
+fn valid_suffix(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix('-') else {
+        return s.is_empty();
+    };
+    s.len() <= MAX_SUFFIX
+        && !rest.is_empty()
+        && rest
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && !rest.ends_with(['-', '.'])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,6 +292,74 @@ mod tests {
             reads: vec![KindRef::new("jobset.x-k8s.io/v1alpha2", "JobSet")],
             watches: vec![],
             capabilities: vec!["random".into()],
+            object_names: vec![],
+        }
+    }
+
+    #[test]
+    fn naming_rules_are_bounded_and_for_emitted_kinds() {
+        let d = Descriptor {
+            emits: vec![
+                KindRef::new("v1", "ConfigMap"),
+                KindRef::new("scheduling.x-k8s.io/v1alpha1", "PodGroup"),
+            ],
+            ..good()
+        };
+        let rule =
+            |api: &str, kind: &str, suffix: &str| ObjectName::new(KindRef::new(api, kind), suffix);
+        let run = |names: Vec<ObjectName>| {
+            check_object_names(&d, &names).map_or_else(|e| e.to_string(), |()| "ok".into())
+        };
+        assert_eq!(run(vec![]), "ok");
+        assert_eq!(
+            run(vec![
+                rule("v1", "ConfigMap", "-mpi-hostfile"),
+                rule("v1", "ConfigMap", "-a.b-1"),
+                // Any version of an emitted group/kind.
+                rule("scheduling.x-k8s.io/v1beta1", "PodGroup", ""),
+            ]),
+            "ok"
+        );
+        for (names, says) in [
+            (
+                vec![rule("v1", "ConfigMap", "-x"); MAX_OBJECT_NAMES + 1],
+                "at most 16",
+            ),
+            (
+                vec![rule("v1", "Secret", "-x")],
+                "not one the plugin declares",
+            ),
+            (vec![rule("", "", "-x")], "not one the plugin declares"),
+            (vec![rule("v1", "ConfigMap", "x")], "a suffix is"),
+            (vec![rule("v1", "ConfigMap", "-")], "a suffix is"),
+            (vec![rule("v1", "ConfigMap", "-A")], "a suffix is"),
+            (vec![rule("v1", "ConfigMap", "-x-")], "a suffix is"),
+            (vec![rule("v1", "ConfigMap", "-x/y")], "a suffix is"),
+            (
+                vec![rule("v1", "ConfigMap", "-x\nINFO forged")],
+                "a suffix is",
+            ),
+            (
+                vec![rule(
+                    "v1",
+                    "ConfigMap",
+                    &format!("-{}", "x".repeat(MAX_SUFFIX)),
+                )],
+                "a suffix is",
+            ),
+            (
+                vec![rule("v1", "ConfigMap", "-runtime-snapshot")],
+                "runtime snapshots",
+            ),
+            (
+                vec![rule("v1", "ConfigMap", "-my-runtime-snapshot")],
+                "runtime snapshots",
+            ),
+            (vec![rule("v1", "ConfigMap", "")], "cannot be claimed"),
+        ] {
+            let got = run(names.clone());
+            assert!(got.contains(says), "{names:?}: {got}");
+            assert!(got.contains("vendor-env"), "{got}");
         }
     }
 

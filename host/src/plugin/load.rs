@@ -2,9 +2,12 @@
 //! cache) → interface check → link → `describe` → [`LoadedPlugin`].
 
 use super::Error;
+use super::bindings::with_names::PluginWithNamesPre;
 use super::bindings::{Plugin as WitPlugin, PluginPre};
 use super::cache::{ArtifactCache, CacheOutcome, TenantCompile};
-use super::call::{CallEnv, Inner, LoadedPlugin, descriptor_from_wit, with_instance};
+use super::call::{
+    CallEnv, Inner, LoadedPlugin, descriptor_from_wit, with_instance, with_instance_of,
+};
 use super::code::{Code, OnDemand, OnDemandSlots, Reload};
 use super::compile::{CompileError, compile};
 use super::descriptor::{compat_line, wit_compatible};
@@ -16,7 +19,7 @@ use super::{bounded, builtin, descriptor, kinds};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use trainforge_api::plugin::{Phase, WIT_VERSION};
+use trainforge_api::plugin::{Descriptor, OBJECT_NAMES, ObjectName, Phase, WIT_VERSION};
 use wasmtime::component::{Component, HasSelf, Linker};
 
 /// Deadline of `describe` (it must be pure and cheap).
@@ -307,13 +310,16 @@ impl PluginRuntime {
             limits.timeout.min(DESCRIBE_TIMEOUT),
             |s, p| p.trainforge_plugin_guest().call_describe(s),
         );
-        let descriptor = described.map(descriptor_from_wit).and_then(|d| {
+        let descriptor = described.map(descriptor_from_wit).and_then(|mut d| {
             let reserved = if src.reserve_builtin_names {
                 builtin::names()
             } else {
                 Vec::new()
             };
             descriptor::check(label, &d, src.builtin, &reserved)?;
+            if d.phases.iter().any(|p| p == OBJECT_NAMES) {
+                d.object_names = object_names(&boot, &d, limits.timeout.min(DESCRIBE_TIMEOUT))?;
+            }
             Ok(d)
         });
         let observed_name = descriptor.as_ref().map_or(label, |d| d.name.as_str());
@@ -326,7 +332,7 @@ impl PluginRuntime {
         );
         let descriptor = descriptor?;
         for p in &descriptor.phases {
-            if Phase::parse(p).is_none() {
+            if Phase::parse(p).is_none() && p != OBJECT_NAMES {
                 tracing::info!(plugin = %descriptor.name, phase = %bounded::sanitize(p, 64), "ignoring phase unknown to this host");
             }
         }
@@ -433,6 +439,62 @@ fn compiled_with(
                 message: bounded::message(&format!("compiling: {e}")),
             },
         })
+}
+
+/// The naming rules of the plugin `d` describes (WIT `naming`, which it
+/// announced): one call, as bounded as `describe`; the rules checked
+/// ([`descriptor::check_object_names`]). A plugin that announces the call
+/// but does not export `naming` is refused, naming what is missing.
+fn object_names(
+    boot: &CallEnv,
+    d: &Descriptor,
+    timeout: Duration,
+) -> Result<Vec<ObjectName>, Error> {
+    let pre = boot.code.pre()?;
+    let named = PluginWithNamesPre::new(pre.instance_pre().clone()).map_err(|e| {
+        Error::InvalidDescriptor {
+            plugin: d.name.clone(),
+            message: bounded::message(&format!(
+                "describe() lists {OBJECT_NAMES:?} but the component does not export trainforge:plugin/naming: {e:#}"
+            )),
+        }
+    })?;
+    // Failures name the plugin as it described itself.
+    let env = CallEnv {
+        engine: boot.engine.clone(),
+        tick: boot.tick,
+        _ticker: boot._ticker.clone(),
+        code: Code::Resident(pre),
+        ctx: Arc::new(PluginContext {
+            name: d.name.clone(),
+            reads: BTreeSet::new(),
+            explicit_reads: BTreeSet::new(),
+            random: false,
+            clock: false,
+            limits: boot.ctx.limits,
+        }),
+        objects: boot.objects.clone(),
+        observer: boot.observer.clone(),
+    };
+    let (answer, _, _) = with_instance_of(
+        &env,
+        OBJECT_NAMES,
+        &CallScope::default(),
+        timeout,
+        |_, s| named.instantiate(s),
+        |s, p| p.trainforge_plugin_naming().call_object_names(s),
+    );
+    let rules: Vec<ObjectName> = answer?
+        .into_iter()
+        .map(|n| {
+            ObjectName::new(
+                trainforge_api::plugin::KindRef::new(n.kind.api_version, n.kind.kind),
+                n.suffix,
+            )
+        })
+        .collect();
+    descriptor::check_object_names(d, &rules)?;
+    Ok(rules)
 }
 
 /// Link `component` against the host's imports, checked against the WIT.

@@ -35,7 +35,7 @@ use super::bounded::{self, MAX_OBJECT_BYTES, MAX_OBJECTS_PER_CALL};
 use super::kinds::{self, KindRule};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
-use trainforge_api::plugin::KindRef;
+use trainforge_api::plugin::{KindRef, ObjectName};
 use trainforge_api::trainer::v1alpha1::constants::{API_VERSION, GROUP, TRAINJOB_KIND};
 
 /// Suffix of the runtime snapshot ConfigMap the host writes per TrainJob.
@@ -381,6 +381,33 @@ pub fn name_refusal(kind: &KindRef, name: &str, owner: &Owner) -> Option<String>
     })
 }
 
+/// Why an object of kind `kind` named `name` may not be emitted for
+/// `owner` under the naming rules the loaded plugins declared (`rules`:
+/// each with the plugin that declared it), if it may not: a name that one
+/// rule makes another TrainJob's is refused, whichever plugin emits it, so
+/// that no TrainJob's plugins can create that TrainJob's object first.
+/// A name two rules read differently is refused too (the safe reading).
+pub fn rule_refusal(
+    kind: &KindRef,
+    name: &str,
+    owner: &Owner,
+    rules: &[(ObjectName, String)],
+) -> Option<String> {
+    rules.iter().find_map(|(rule, by)| {
+        let same_kind = rule.kind.group() == kind.group() && rule.kind.kind == kind.kind;
+        let of = rule.trainjob_of(name).filter(|_| same_kind)?;
+        (of != owner.name).then(|| {
+            format!(
+                "the name {:?} is the {} of TrainJob {:?} by plugin {by}'s naming rule (<trainjob>{}), not this TrainJob's",
+                bounded::sanitize(name, 64),
+                kind.kind,
+                bounded::sanitize(of, 64),
+                rule.suffix
+            )
+        })
+    })
+}
+
 /// Namespace and owner reference as the host decides them; server-managed
 /// fields removed.
 fn normalize_metadata(meta: &mut Map<String, Value>, owner: &Owner) {
@@ -569,6 +596,51 @@ mod tests {
             let e = run(o.clone()).unwrap_err();
             assert_eq!(e.reason(), "ForbiddenObject", "{o}: {e}");
             assert!(e.to_string().contains(says), "{o}: {e}");
+        }
+    }
+
+    #[test]
+    fn declared_names_of_other_trainjobs_are_refused() {
+        let rules = vec![
+            (
+                ObjectName::new(KindRef::new("v1", "Secret"), "-mpi-ssh-auth"),
+                "mpi".to_owned(),
+            ),
+            (
+                ObjectName::new(KindRef::new("scheduling.x-k8s.io/v1alpha1", "PodGroup"), ""),
+                "coscheduling".to_owned(),
+            ),
+        ];
+        let secret = KindRef::new("v1", "Secret");
+        // Any version of the rule's group and kind.
+        let group = KindRef::new("scheduling.x-k8s.io/v1beta9", "PodGroup");
+        let refusal = |k: &KindRef, name: &str| rule_refusal(k, name, &owner(), &rules);
+        // This TrainJob's names under the rules, other kinds, other names.
+        for (k, name) in [
+            (&secret, "job-mpi-ssh-auth"),
+            (&group, "job"),
+            (&KindRef::new("v1", "ConfigMap"), "job-b-mpi-ssh-auth"),
+            (&KindRef::new("other.io/v1", "PodGroup"), "job-b"),
+            (&secret, "job-b"),
+            (&secret, "-mpi-ssh-auth"),
+        ] {
+            assert_eq!(refusal(k, name), None, "{k} {name}");
+        }
+        for (k, name, by, of) in [
+            (&secret, "job-b-mpi-ssh-auth", "mpi", "job-b"),
+            (
+                &secret,
+                "job-mpi-ssh-auth-mpi-ssh-auth",
+                "mpi",
+                "job-mpi-ssh-auth",
+            ),
+            (&group, "job-b", "coscheduling", "job-b"),
+        ] {
+            let m = refusal(k, name).unwrap_or_default();
+            assert!(
+                m.contains(&format!("plugin {by}'s")) && m.contains(&format!("TrainJob {of:?}")),
+                "{k} {name}: {m}"
+            );
         }
     }
 

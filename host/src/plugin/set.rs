@@ -15,7 +15,12 @@
 //!   or an image that was not in what it was given) that its grants do not
 //!   allow is refused (`PodSecurity`, see [`super::pod_policy`]);
 //! - two objects with the same kind and name are refused
-//!   (`ForbiddenObject`), whichever plugins emitted them.
+//!   (`ForbiddenObject`), whichever plugins emitted them;
+//! - an object whose name a plugin of the set declares as another
+//!   TrainJob's (its naming rule `<trainjob><suffix>` for that kind, see
+//!   [`super::output_check::rule_refusal`]) is refused (`ForbiddenObject`),
+//!   whichever plugin emitted it: every plugin's rules count, not only
+//!   those of the plugins serving the pass.
 //!
 //! Routing: a plugin takes part in a pass only if it serves the runtime's
 //! policies ([`Descriptor::serves`]: a plugin whose policy keys all name
@@ -31,13 +36,15 @@ use super::Error;
 use super::FailurePolicy;
 use super::call::{GuestBudget, LoadedPlugin, PhaseInput, ValidateInput};
 use super::observe::ignored_warning;
-use super::output_check::{Owner, describe};
+use super::output_check::{Owner, describe, rule_refusal};
 use super::pod_policy::{Privilege, privileges};
 use super::sandbox::CallScope;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use trainforge_api::plugin::{FieldError, Info, KindRef, Mutation, Phase, RuntimePolicy};
+use trainforge_api::plugin::{
+    FieldError, Info, KindRef, Mutation, ObjectName, Phase, RuntimePolicy,
+};
 
 /// What a reconcile pass produced.
 #[derive(Debug, Clone)]
@@ -170,6 +177,10 @@ impl ValidateBudget {
 #[derive(Debug, Clone)]
 pub struct PluginSet {
     plugins: Arc<[LoadedPlugin]>,
+    /// The naming rules of every plugin in the set (not only those serving
+    /// a pass: the rules protect names for every TrainJob), with the
+    /// plugin that declared each.
+    names: Arc<[(ObjectName, String)]>,
     /// Unique in this process: every set built gets its own (clones share it).
     id: u64,
 }
@@ -184,6 +195,7 @@ impl Default for PluginSet {
     fn default() -> Self {
         PluginSet {
             plugins: Arc::from(Vec::new()),
+            names: Arc::from(Vec::new()),
             id: next_set_id(),
         }
     }
@@ -328,10 +340,25 @@ impl PluginSet {
                 message: "too many plugins implement the status phase".into(),
             });
         }
+        let names = plugins
+            .iter()
+            .flat_map(|p| {
+                p.descriptor()
+                    .object_names
+                    .iter()
+                    .map(|n| (n.clone(), p.name().to_owned()))
+            })
+            .collect();
         Ok(PluginSet {
             plugins: plugins.into(),
+            names,
             id: next_set_id(),
         })
+    }
+
+    /// Every plugin's naming rules, each with the plugin that declared it.
+    pub fn naming_rules(&self) -> &[(ObjectName, String)] {
+        &self.names
     }
 
     /// This set's identity: two sets with the same id are the same plugins
@@ -447,7 +474,7 @@ impl PluginSet {
                     cap,
                     p.build_within(&input, &owner, Some(guest)),
                 )
-                .and_then(|objs| contain_objects(p, &owner, &seen, &names, objs))
+                .and_then(|objs| contain_objects(p, &owner, &seen, &names, &self.names, objs))
                 .and_then(|objs| within_total(p, &objs, bytes, max_bytes).map(|n| (objs, n)));
             if let Some((o, n)) = per_policy(p, Phase::Build, r, &mut warnings)? {
                 bytes = n;
@@ -727,11 +754,19 @@ fn contain_objects(
     owner: &Owner,
     seen: &Seen,
     earlier: &BTreeMap<(KindRef, String), String>,
+    rules: &[(ObjectName, String)],
     objects: Vec<Value>,
 ) -> Result<Vec<Value>, Error> {
     let mut mine = BTreeSet::new();
     for o in &objects {
         let key = object_name(o);
+        if let Some(message) = rule_refusal(&key.0, &key.1, owner, rules) {
+            return Err(Error::ForbiddenObject {
+                plugin: p.name().to_owned(),
+                object: describe(o),
+                message,
+            });
+        }
         let by = earlier
             .get(&key)
             .cloned()

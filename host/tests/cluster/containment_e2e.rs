@@ -9,7 +9,8 @@
 //! 3. kinds (leases, TrainJobs, runtimes, plugin configuration,
 //!    cluster-scoped kinds found by discovery);
 //! 4. names: a user's objects, another TrainJob's snapshot and (future)
-//!    JobSet, and a JobSet squatting a TrainJob's name before it exists;
+//!    JobSet, a JobSet squatting a TrainJob's name before it exists, and a
+//!    name a loaded plugin's naming rule makes another TrainJob's;
 //! 5. pod privileges: baseline, and beyond it by allow-list (Secrets,
 //!    control-plane placement, priority, DNS, tokens, added containers);
 //! 6. time and memory (sleeping, a component crafted to be slow to compile,
@@ -628,6 +629,16 @@ async fn hostile_plugins_are_contained_on_the_real_control_plane() {
         (
             squatted_jobset,
             vec!["squatter", "JobSet of another TrainJob"],
+        ),
+        // A name the MPI builtin declares (its naming rule) for a TrainJob
+        // that does not exist yet.
+        (
+            overwrite("squat-4-victim-mpi-ssh-auth", "Secret"),
+            vec![
+                "squatter",
+                "plugin mpi's naming rule",
+                "TrainJob \"squat-4-victim\"",
+            ],
         ),
     ]
     .into_iter()

@@ -504,6 +504,19 @@ async fn tenant_plugins_serve_their_namespace_within_the_ceiling() {
             vec![PLUGIN, "ForbiddenObject", "not derived from the TrainJob's"],
         ),
         (
+            // The hostfile the MPI builtin (a cluster plugin) declares for
+            // TrainJob `declared-b`, taken before it exists.
+            "declared",
+            emit(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "{trainjob}-b-mpi-hostfile"}})),
+            vec![
+                PLUGIN,
+                "ForbiddenObject",
+                "plugin mpi's naming rule",
+                "declared-b",
+            ],
+        ),
+        (
             "privileged",
             set(
                 format!("{pod}/containers/0/securityContext/privileged"),

@@ -725,6 +725,186 @@ fn names_of_other_trainjobs_cannot_be_squatted() {
     assert_eq!(out.objects.len(), 3);
 }
 
+/// The names plugins declare (`naming.object-names`) are theirs for every
+/// TrainJob: no plugin of TrainJob `job` can emit, under `job-…`, an
+/// object a loaded plugin's rule makes another TrainJob's (`job-b`'s MPI
+/// Secret, its coscheduling PodGroup), whether the rule is a builtin's or
+/// any other plugin's; the refusal names the rule's plugin and the
+/// TrainJob. Objects of other kinds, and this TrainJob's own names, pass.
+#[test]
+fn names_plugins_declare_cannot_be_taken_for_another_trainjob() {
+    let rt = short_deadline_runtime();
+    let builtin = |name: &str| {
+        rt.load(
+            trainforge::plugin::builtin::find(name)
+                .unwrap()
+                .trusted_source(),
+        )
+        .unwrap()
+    };
+    let pod_group = "scheduling.x-k8s.io/v1alpha1";
+    let d = json!({"emits": [["v1", "ConfigMap"], ["v1", "Secret"], [pod_group, "PodGroup"]]});
+    let secret =
+        |name: &str| json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}});
+    let group = |name: &str| json!({"apiVersion": pod_group, "kind": "PodGroup", "metadata": {"name": name}});
+    // The builtins declare their names.
+    let mpi = builtin("mpi");
+    let rules = &mpi.descriptor().object_names;
+    assert!(
+        rules
+            .iter()
+            .any(|r| r.kind.kind == "Secret" && r.suffix == "-mpi-ssh-auth"),
+        "{rules:?}"
+    );
+    let with_builtins = |emit: Value| {
+        pipeline(vec![
+            builtin("mpi"),
+            builtin("coscheduling"),
+            load(&rt, Some(d.clone()), json!({"emit": [emit]})),
+        ])
+    };
+    for (object, by, of) in [
+        (secret("job-b-mpi-ssh-auth"), "mpi", "job-b"),
+        (cm("job-b-mpi-hostfile"), "mpi", "job-b"),
+        (
+            cm("job-mpi-hostfile-mpi-hostfile"),
+            "mpi",
+            "job-mpi-hostfile",
+        ),
+        (group("job-b"), "coscheduling", "job-b"),
+        (
+            group("job-mpi-ssh-auth"),
+            "coscheduling",
+            "job-mpi-ssh-auth",
+        ),
+    ] {
+        let e = with_builtins(object.clone()).unwrap_err();
+        assert_eq!(e.reason(), "ForbiddenObject", "{object}: {e}");
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("plugin {by}'s naming rule"))
+                && text.contains(&format!("TrainJob {of:?}")),
+            "{object}: {text}"
+        );
+    }
+    for object in [
+        secret("job-mpi-ssh-auth"),
+        cm("job-b-mpi-ssh-auth"),
+        secret("job-b-mpi-hostfile"),
+        group("job"),
+    ] {
+        let out = with_builtins(object.clone()).unwrap_or_else(|e| panic!("{object}: {e}"));
+        assert_eq!(out.objects.len(), 1, "{object}");
+    }
+    // Without the plugin whose rule it is, the name is free.
+    let out = pipeline(vec![load(
+        &rt,
+        Some(d.clone()),
+        json!({"emit": [secret("job-b-mpi-ssh-auth")]}),
+    )])
+    .unwrap();
+    assert_eq!(out.objects.len(), 1);
+    // Any plugin's declared rule counts, not only a builtin's, and whether
+    // or not that plugin serves the pass.
+    let declaring = load(
+        &rt,
+        Some(
+            json!({"name": "declares", "policy_keys": ["mlPolicy.elsewhere"],
+            "emits": [["v1", "ConfigMap"]], "object_names": [["v1", "ConfigMap", "-vendor.cache"]]}),
+        ),
+        json!({}),
+    );
+    assert_eq!(declaring.descriptor().object_names.len(), 1);
+    let e = pipeline(vec![
+        declaring.clone(),
+        load(
+            &rt,
+            Some(d.clone()),
+            json!({"emit": [cm("job-x-vendor.cache")]}),
+        ),
+    ])
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("plugin declares's naming rule")
+            && e.to_string().contains("TrainJob \"job-x\""),
+        "{e}"
+    );
+    let out = pipeline(vec![
+        declaring,
+        load(&rt, Some(d), json!({"emit": [cm("job-vendor.cache")]})),
+    ])
+    .unwrap();
+    assert_eq!(out.objects.len(), 1);
+}
+
+/// A naming rule is the plugin's claim, so it is checked at load time and
+/// the call that returns it is bounded like `describe`: too many rules, a
+/// rule the host does not accept, and a call that loops or traps all
+/// refuse the plugin, naming why.
+#[test]
+fn naming_rules_are_checked_when_a_plugin_loads() {
+    let rt = short_deadline_runtime();
+    for (rules, reason, says) in [
+        (json!("many"), "InvalidDescriptor", "at most 16"),
+        (json!("loop"), "Timeout", "object-names"),
+        (json!("trap"), "Trap", "object-names"),
+        // Each rule is checked (every case of which the descriptor's unit
+        // test covers): one case shows the check runs at load.
+        (
+            json!([["v1", "Secret", "-x"]]),
+            "InvalidDescriptor",
+            "not one the plugin declares",
+        ),
+    ] {
+        let d = json!({"name": "claims", "emits": [["v1", "ConfigMap"]], "object_names": rules});
+        let started = Instant::now();
+        let e = rt.load(source(Some(d), json!({}))).unwrap_err();
+        assert!(
+            started.elapsed() < BOUNDED,
+            "{rules}: took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(e.reason(), reason, "{rules}: {e}");
+        assert!(
+            e.to_string().contains(says) && e.to_string().contains("claims"),
+            "{rules}: {e}"
+        );
+    }
+    assert_good_plugin_still_works(&rt);
+}
+
+/// A component of the `plugin` world as 0.1.0 first defined it (no
+/// `naming` export) loads and runs beside plugins that declare names; one
+/// that announces `object-names` without exporting `naming` is refused,
+/// naming the missing interface.
+#[test]
+fn plugins_built_before_naming_keep_loading() {
+    let rt = short_deadline_runtime();
+    let legacy = rt
+        .load(PluginSource::new("legacy.wasm", legacy_bytes(false)))
+        .unwrap();
+    assert!(legacy.descriptor().object_names.is_empty());
+    let mpi = rt
+        .load(
+            trainforge::plugin::builtin::find("mpi")
+                .unwrap()
+                .trusted_source(),
+        )
+        .unwrap();
+    let out = pipeline(vec![legacy, mpi]).unwrap();
+    assert_eq!(out.objects.len(), 1);
+    assert_eq!(out.objects[0]["metadata"]["name"], "job-legacy");
+    let e = rt
+        .load(PluginSource::new("legacy.wasm", legacy_bytes(true)))
+        .unwrap_err();
+    assert_eq!(e.reason(), "InvalidDescriptor", "{e}");
+    assert!(
+        e.to_string()
+            .contains("does not export trainforge:plugin/naming"),
+        "{e}"
+    );
+}
+
 /// An object another TrainJob controls reads as absent: a status or build
 /// phase never takes, say, a JobSet squatting this TrainJob's name (by a
 /// plugin of another TrainJob, before this one existed) as this

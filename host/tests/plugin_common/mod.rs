@@ -93,6 +93,36 @@ pub fn incompatible_wasm() -> &'static Path {
     })
 }
 
+/// A component of world `plugin` only (no `naming` export), as built
+/// before the optional interfaces (`guests/incompatible`, example
+/// `legacy`); with `announce`, its `describe` lists `object-names` anyway.
+pub fn legacy_bytes(announce: bool) -> Vec<u8> {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    let path = P.get_or_init(|| {
+        let m = root().join("host/tests/guests/incompatible/Cargo.toml");
+        cargo_build(&[
+            "--manifest-path",
+            m.to_str().unwrap(),
+            "--example",
+            "legacy",
+        ]);
+        target_dir().join("wasm32-wasip2/plugin/examples/legacy.wasm")
+    });
+    let mut bytes = std::fs::read(path).expect("the legacy guest was built");
+    const MARKER: &[u8] = b"TRAINFORGE-LEGACY-ANNOUNCE:";
+    let at: Vec<usize> = bytes
+        .windows(MARKER.len())
+        .enumerate()
+        .filter(|(_, w)| *w == MARKER)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(at.len(), 1, "the legacy guest carries its marker once");
+    if announce {
+        bytes[at[0] + MARKER.len()] = b'1';
+    }
+    bytes
+}
+
 /// A TrainJob for the tests.
 pub fn trainjob() -> serde_json::Value {
     serde_json::json!({

@@ -58,6 +58,7 @@ impl Plugin for Coscheduling {
             .phase(Phase::EnforcePodGroupPolicy)
             .phase(Phase::Build)
             .emits(pg::API_VERSION, KIND)
+            .object_name(pg::API_VERSION, KIND, "")
             .reads(pg::API_VERSION, KIND)
             .watches(pg::API_VERSION, KIND)
             .build()

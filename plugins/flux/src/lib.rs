@@ -97,14 +97,19 @@ pub const INIT_KEY: &str = "init.sh";
 /// Secret key of the CURVE certificate.
 pub const CURVE_KEY: &str = "curve.cert";
 
+/// The scripts ConfigMap's name after its TrainJob's (a naming rule).
+pub const ENTRYPOINT_SUFFIX: &str = "-flux-entrypoint";
+/// The CURVE Secret's name after its TrainJob's (a naming rule).
+pub const CURVE_SUFFIX: &str = "-flux-curve";
+
 /// `<job>-flux-entrypoint`: the scripts ConfigMap, also its volume's name.
 pub fn entrypoint_config_map_name(job: &str) -> String {
-    format!("{job}-flux-entrypoint")
+    format!("{job}{ENTRYPOINT_SUFFIX}")
 }
 
 /// `<job>-flux-curve`: the CURVE certificate Secret.
 pub fn curve_secret_name(job: &str) -> String {
-    format!("{job}-flux-curve")
+    format!("{job}{CURVE_SUFFIX}")
 }
 
 /// The plugin. Stateless.
@@ -365,6 +370,8 @@ impl Plugin for Flux {
             .phase(Phase::Validate)
             .emits("v1", "ConfigMap")
             .emits("v1", "Secret")
+            .object_name("v1", "ConfigMap", ENTRYPOINT_SUFFIX)
+            .object_name("v1", "Secret", CURVE_SUFFIX)
             .watches("v1", "ConfigMap")
             .watches("v1", "Secret")
             .build()

@@ -50,6 +50,7 @@ impl Plugin for JobSetPlugin {
             .phase(Phase::Validate)
             .phase(Phase::Status)
             .emits(jobset::API_VERSION, jobset::KIND)
+            .object_name(jobset::API_VERSION, jobset::KIND, "")
             .reads(jobset::API_VERSION, jobset::KIND)
             .watches(jobset::API_VERSION, jobset::KIND)
             .build()

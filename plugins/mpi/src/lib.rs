@@ -30,14 +30,19 @@ pub const SSH_PUBLIC_KEY: &str = "ssh-publickey";
 /// ConfigMap key of the hostfile.
 pub const HOSTFILE_KEY: &str = "hostfile";
 
+/// The SSH Secret's name after its TrainJob's (a naming rule).
+pub const SSH_SECRET_SUFFIX: &str = "-mpi-ssh-auth";
+/// The hostfile ConfigMap's name after its TrainJob's (a naming rule).
+pub const HOSTFILE_SUFFIX: &str = "-mpi-hostfile";
+
 /// `<job>-mpi-ssh-auth`.
 pub fn ssh_secret_name(job: &str) -> String {
-    format!("{job}-mpi-ssh-auth")
+    format!("{job}{SSH_SECRET_SUFFIX}")
 }
 
 /// `<job>-mpi-hostfile`.
 pub fn hostfile_name(job: &str) -> String {
-    format!("{job}-mpi-hostfile")
+    format!("{job}{HOSTFILE_SUFFIX}")
 }
 
 /// The plugin. Stateless.
@@ -53,6 +58,8 @@ impl Plugin for Mpi {
             .phase(Phase::Validate)
             .emits("v1", "Secret")
             .emits("v1", "ConfigMap")
+            .object_name("v1", "Secret", SSH_SECRET_SUFFIX)
+            .object_name("v1", "ConfigMap", HOSTFILE_SUFFIX)
             .reads("v1", "Secret")
             .watches("v1", "Secret")
             .watches("v1", "ConfigMap")

@@ -55,6 +55,7 @@ impl Plugin for Torch {
             .phase(Phase::Build)
             .phase(Phase::Validate)
             .emits("autoscaling/v2", "HorizontalPodAutoscaler")
+            .object_name("autoscaling/v2", "HorizontalPodAutoscaler", "")
             .build()
     }
 

@@ -55,9 +55,12 @@ pub use trainforge_sdk::api::trainer::v1alpha1::status_endpoint_path as path;
 /// `namespace/name` only.
 pub use trainforge_sdk::api::trainer::v1alpha1::status_audience as audience;
 
+/// The CA ConfigMap's name after its TrainJob's (a naming rule).
+pub const CA_CONFIG_MAP_SUFFIX: &str = "-tls-config";
+
 /// `<job>-tls-config`: the ConfigMap with the server's CA.
 pub fn ca_config_map_name(job: &str) -> String {
-    format!("{job}-tls-config")
+    format!("{job}{CA_CONFIG_MAP_SUFFIX}")
 }
 
 /// The status server, as the host describes it.
@@ -167,6 +170,7 @@ impl Plugin for TrainJobStatus {
             .phase(Phase::EnforcePodSpec)
             .phase(Phase::Build)
             .emits("v1", "ConfigMap")
+            .object_name("v1", "ConfigMap", CA_CONFIG_MAP_SUFFIX)
             .watches("v1", "ConfigMap")
             .capability(CAPABILITY)
             .build()

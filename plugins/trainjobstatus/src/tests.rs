@@ -221,5 +221,12 @@ fn it_asks_for_the_facts_and_runs_for_every_trainjob() {
     assert_eq!(d.name, "trainjobstatus");
     assert!(d.policy_keys.is_empty(), "called for every TrainJob");
     assert_eq!(d.capabilities, [CAPABILITY]);
-    assert_eq!(d.phases, ["enforce-pod-spec", "build"]);
+    assert_eq!(d.phases, ["enforce-pod-spec", "build", "object-names"]);
+    // Its CA ConfigMap's name is declared, so no other TrainJob takes it.
+    assert_eq!(d.object_names.len(), 1);
+    assert_eq!(d.object_names[0].suffix, CA_CONFIG_MAP_SUFFIX);
+    assert_eq!(
+        ca_config_map_name("job"),
+        format!("job{CA_CONFIG_MAP_SUFFIX}")
+    );
 }

@@ -98,6 +98,7 @@ impl Plugin for Volcano {
             .phase(Phase::Build)
             .phase(Phase::Validate)
             .emits(pg::API_VERSION, KIND)
+            .object_name(pg::API_VERSION, KIND, "")
             .reads(pg::API_VERSION, KIND)
             .reads(PRIORITY_CLASS_API_VERSION, PRIORITY_CLASS_KIND)
             .watches(pg::API_VERSION, KIND)

@@ -28,6 +28,7 @@
 use serde_json::{Value, json};
 use std::hint::black_box;
 use trainforge_sdk::bindings::exports::trainforge::plugin::guest::Guest;
+use trainforge_sdk::bindings::exports::trainforge::plugin::naming;
 use trainforge_sdk::bindings::trainforge::plugin::host;
 use trainforge_sdk::bindings::trainforge::plugin::types::*;
 
@@ -193,6 +194,34 @@ fn mutate(phase: &str, input: PhaseInput) -> Result<Mutation, PluginError> {
     })
 }
 
+/// Naming rules from the descriptor block's `object_names`: a list of
+/// `[apiVersion, kind, suffix]`, or `"loop"`, `"trap"`, `"many"` (10,000
+/// rules) to attack the load-time call.
+impl naming::Guest for Hostile {
+    fn object_names() -> Vec<naming::ObjectName> {
+        let rule = |api_version: &str, k: &str, suffix: &str| naming::ObjectName {
+            kind: kind(api_version, k),
+            suffix: suffix.into(),
+        };
+        match declared().get("object_names") {
+            Some(Value::String(s)) if s == "loop" => loop {
+                black_box(());
+            },
+            Some(Value::String(s)) if s == "trap" => panic!("hostile object-names trapped on purpose"),
+            Some(Value::String(s)) if s == "many" => {
+                (0..10_000).map(|i| rule("v1", "ConfigMap", &format!("-n{i}"))).collect()
+            }
+            Some(Value::Array(rules)) => rules
+                .iter()
+                .filter_map(|r| {
+                    Some(rule(r.get(0)?.as_str()?, r.get(1)?.as_str()?, r.get(2)?.as_str()?))
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
 impl Guest for Hostile {
     fn describe() -> Descriptor {
         let d = declared();
@@ -232,9 +261,14 @@ impl Guest for Hostile {
             wit_version: s("wit_version", "0.1.0"),
             policy_keys: strings(d.get("policy_keys")).unwrap_or_default(),
             phases: strings(d.get("phases")).unwrap_or_else(|| {
-                ["enforce-ml-policy", "enforce-pod-spec", "pre-build", "build", "validate"]
-                    .map(String::from)
-                    .to_vec()
+                let mut p: Vec<String> =
+                    ["enforce-ml-policy", "enforce-pod-spec", "pre-build", "build", "validate"]
+                        .map(String::from)
+                        .to_vec();
+                if d.get("object_names").is_some() {
+                    p.push("object-names".into());
+                }
+                p
             }),
             emits: if d.get("emits").is_some() {
                 kinds(d.get("emits"))
