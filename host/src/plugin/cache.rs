@@ -3,7 +3,7 @@
 //! engine's `precompile_compatibility_hash` (wasmtime version + `Config`).
 
 use sha2::{Digest, Sha256};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::{Condvar, Mutex};
@@ -13,6 +13,8 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use super::compile::CompileError;
+use super::lru_cache::BoundedLru;
+use std::num::NonZeroUsize;
 
 /// Where a component came from on this load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,13 +264,37 @@ impl Drop for TenantPermit<'_> {
     }
 }
 
+/// At most this many compiled components are kept in memory for the next
+/// load (plugins in service hold their own code, whatever the bound).
+pub const MEMORY_COMPONENTS: usize = 64;
+/// At most this many bytes of compiled code are kept in memory for the
+/// next load (see [`MEMORY_COMPONENTS`]).
+pub const MEMORY_CODE_BYTES: usize = 256 << 20;
+
+/// An empty cache of compiled (or linked) code within [`MEMORY_COMPONENTS`]
+/// and [`MEMORY_CODE_BYTES`].
+pub(crate) fn memory_cache<V: Clone>() -> BoundedLru<V> {
+    BoundedLru::new(
+        NonZeroUsize::new(MEMORY_COMPONENTS).unwrap_or(NonZeroUsize::MIN),
+        MEMORY_CODE_BYTES,
+    )
+}
+
+/// The size of a compiled component's code image.
+pub(crate) fn code_bytes(c: &Component) -> usize {
+    let r = c.image_range();
+    (r.end as usize).saturating_sub(r.start as usize)
+}
+
 /// The compiled-component cache.
 pub(crate) struct ArtifactCache {
     dir: Option<PathBuf>,
     /// Artifacts shipped beside the binary: read, never written or evicted.
     shipped: Option<PathBuf>,
     engine_hash: String,
-    memory: Mutex<HashMap<String, Component>>,
+    /// Recently used compiled components (bounded: [`MEMORY_COMPONENTS`],
+    /// [`MEMORY_CODE_BYTES`]).
+    memory: Mutex<BoundedLru<Component>>,
     /// Compilations that may run at once (see `get_or_compile`).
     compiling: Permits,
     /// The one compilation of a tenant plugin that may run at once, apart
@@ -289,7 +315,7 @@ impl ArtifactCache {
             dir,
             shipped,
             engine_hash: engine_hash(engine),
-            memory: Mutex::new(HashMap::new()),
+            memory: Mutex::new(memory_cache()),
             compiling: Permits::new(parallel_compiles),
             tenant_compiling: TenantSlot::new(),
         }
@@ -328,7 +354,7 @@ impl ArtifactCache {
             }
         };
         let key = self.key(sha256);
-        if let Some(c) = self.memory.lock().ok().and_then(|m| m.get(&key).cloned()) {
+        if let Some(c) = self.memory.lock().ok().and_then(|mut m| m.get(&key)) {
             return Ok((c, CacheOutcome::Memory));
         }
         // Shipped artifacts are keyed like the cache (component digest and
@@ -367,7 +393,7 @@ impl ArtifactCache {
             None => (Some(self.compiling.acquire()), None),
         };
         // Whoever held a permit may just have compiled this very module.
-        if let Some(c) = self.memory.lock().ok().and_then(|m| m.get(&key).cloned()) {
+        if let Some(c) = self.memory.lock().ok().and_then(|mut m| m.get(&key)) {
             return Ok((c, CacheOutcome::Memory));
         }
         let (component, artifact) = compile(bytes)?;
@@ -407,7 +433,7 @@ impl ArtifactCache {
     /// Whether a component with cache key `key` is cached (memory, shipped
     /// or disk).
     pub(crate) fn contains(&self, key: &str) -> bool {
-        self.memory.lock().is_ok_and(|m| m.contains_key(key)) || self.on_disk(key)
+        self.memory.lock().is_ok_and(|m| m.contains(key)) || self.on_disk(key)
     }
 
     /// Whether artifacts can be on disk at all (a shipped or cache dir).
@@ -426,7 +452,7 @@ impl ArtifactCache {
 
     fn remember(&self, key: &str, c: &Component) {
         if let Ok(mut m) = self.memory.lock() {
-            m.insert(key.to_owned(), c.clone());
+            m.insert(key.to_owned(), c.clone(), code_bytes(c));
         }
     }
 
@@ -449,6 +475,45 @@ mod tests {
             namespace,
             ..TenantCompile::default()
         }
+    }
+
+    /// Components loaded one after another (new plugin versions, tenants'
+    /// plugins) are not all kept: the memory cache stays within its entry
+    /// bound, keeps the most recent and evicts the oldest; a component
+    /// compiled again after eviction is cached again.
+    #[test]
+    #[allow(clippy::panic)]
+    fn compiled_components_in_memory_stay_within_their_bound() {
+        // The smallest component there is: the component-model preamble.
+        const EMPTY: &[u8] = b"\0asm\x0d\x00\x01\x00";
+        let mut config = wasmtime::Config::new();
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config).unwrap_or_else(|e| panic!("engine: {e}"));
+        let cache = ArtifactCache::new(&engine, None, None, 1);
+        let load = |i: usize| {
+            cache
+                .get_or_compile(&engine, &format!("{i:064x}"), EMPTY, None, true, |b| {
+                    let c = Component::new(&engine, b)
+                        .map_err(|e| CompileError::Invalid(e.to_string()))?;
+                    Ok((c, Vec::new()))
+                })
+                .map(|(_, outcome)| outcome)
+                .unwrap_or_else(|e| panic!("component {i}: {e}"))
+        };
+        let kept = || cache.memory.lock().map_or(usize::MAX, |m| m.len());
+        for i in 0..MEMORY_COMPONENTS + 10 {
+            assert_eq!(load(i), CacheOutcome::Compiled);
+            assert!(kept() <= MEMORY_COMPONENTS, "{} kept after {i}", kept());
+            let bytes = cache.memory.lock().map_or(usize::MAX, |m| m.bytes());
+            assert!(bytes <= MEMORY_CODE_BYTES, "{bytes} bytes after {i}");
+        }
+        assert_eq!(kept(), MEMORY_COMPONENTS);
+        let last = MEMORY_COMPONENTS + 9;
+        assert_eq!(load(last), CacheOutcome::Memory);
+        assert!(!cache.contains(&cache.key(&format!("{:064x}", 0))));
+        assert_eq!(load(0), CacheOutcome::Compiled);
+        assert_eq!(load(0), CacheOutcome::Memory);
+        assert_eq!(kept(), MEMORY_COMPONENTS);
     }
 
     /// Wait until `n` compiles wait for the slot.

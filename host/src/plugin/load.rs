@@ -12,11 +12,12 @@ use super::code::{Code, OnDemand, OnDemandSlots, Reload};
 use super::compile::{CompileError, compile};
 use super::descriptor::{compat_line, wit_compatible};
 use super::engine::{EngineHandle, RuntimeConfig};
+use super::lru_cache::BoundedLru;
 use super::observe::{CallObserver, ObserverSlot};
 use super::sandbox::{CallScope, CallState, PluginContext, deny_waiting};
 use super::source::{ObjectSource, PluginSource};
 use super::{bounded, builtin, descriptor, kinds};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use trainforge_api::plugin::{Descriptor, OBJECT_NAMES, ObjectName, Phase, WIT_VERSION};
@@ -37,8 +38,10 @@ pub struct PluginRuntime {
     observer: Arc<ObserverSlot>,
     /// Linked (`InstancePre`) components by cache key: linking type-checks
     /// every import, so a reload of a known digest skips it. Builtins whose
-    /// code is mapped on demand are not kept here.
-    linked: Mutex<HashMap<String, PluginPre<CallState>>>,
+    /// code is mapped on demand are not kept here. Bounded like the
+    /// compiled code in memory ([`super::cache::MEMORY_COMPONENTS`],
+    /// [`super::cache::MEMORY_CODE_BYTES`]).
+    linked: Mutex<BoundedLru<PluginPre<CallState>>>,
     /// The code of builtins mapped while in use (see [`super::code`]).
     on_demand: OnDemandSlots,
 }
@@ -88,7 +91,7 @@ impl PluginRuntime {
             cache,
             config,
             observer,
-            linked: Mutex::new(HashMap::new()),
+            linked: Mutex::new(super::cache::memory_cache()),
             on_demand: OnDemandSlots::default(),
         })
     }
@@ -270,13 +273,13 @@ impl PluginRuntime {
         }
         let key = self.cache.key(sha256);
         let on_demand = on_demand && self.cache.on_disk(&key);
-        let cached_pre = self.linked.lock().ok().and_then(|m| m.get(&key).cloned());
+        let cached_pre = self.linked.lock().ok().and_then(|mut m| m.get(&key));
         let pre = match cached_pre {
             Some(pre) => pre,
             None => {
                 let pre = link(&self.linker, &component).map_err(incompatible)?;
                 if !on_demand && let Ok(mut m) = self.linked.lock() {
-                    m.insert(key, pre.clone());
+                    m.insert(key, pre.clone(), super::cache::code_bytes(&component));
                 }
                 pre
             }

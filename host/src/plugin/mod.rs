@@ -52,6 +52,7 @@ pub mod facts;
 mod grants;
 pub mod kinds;
 mod load;
+mod lru_cache;
 mod observe;
 pub mod output_check;
 pub mod pod_policy;
