@@ -744,6 +744,8 @@ impl LoadedPlugin {
     }
 
     /// Call `describe` again (fresh instance) — used by benchmarks and `inspect`.
+    /// The answer is `describe`'s alone: the naming rules are read once, at
+    /// load ([`LoadedPlugin::descriptor`] has them).
     pub fn describe_fresh(&self) -> Result<Descriptor, Error> {
         self.call(
             "describe",
