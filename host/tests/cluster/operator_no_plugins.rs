@@ -125,9 +125,14 @@ async fn no_serving_plugins_is_not_ready_and_trainjobs_wait_for_them() {
         &trainjob_object(&ns, "waits", "torch-distributed", json!({})),
     )
     .await;
+    // A namespace the operator has just seen first waits for its tenant
+    // plugins to be listed (`TenantPluginsLoading`); then it says why
+    // nothing serves.
     let waiting = eventually("PluginsReady=False on the TrainJob", TIMEOUT, || async {
         let t = trainjob(&client, &ns, "waits").await?;
-        condition(&t, "PluginsReady").is_some().then_some(t)
+        condition(&t, "PluginsReady")
+            .is_some_and(|c| c["reason"] != "TenantPluginsLoading")
+            .then_some(t)
     })
     .await;
     let c = condition(&waiting, "PluginsReady").unwrap();

@@ -513,6 +513,21 @@ fn run_refuses_every_containment_class_with_its_reason() {
             "not derived from the TrainJob's",
         ),
         (
+            // Its own rule: `<trainjob>-cache` is TrainJob `job-b`'s here.
+            "4 a name a naming rule makes another TrainJob's",
+            json!({"name": "evil", "object_names": [["v1", "ConfigMap", "-cache"]]}),
+            json!({"emit": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "job-b-cache"}}]}),
+            vec![],
+            "naming rule (<trainjob>-cache)",
+        ),
+        (
+            "4 a naming rule the host does not accept",
+            json!({"name": "evil", "object_names": [["v1", "ConfigMap", ""]]}),
+            json!({}),
+            vec![],
+            "cannot be claimed",
+        ),
+        (
             "4 a kind off the default allow-list",
             json!({"name": "evil", "emits": [["autoscaling/v2", "HorizontalPodAutoscaler"]]}),
             json!({}),
