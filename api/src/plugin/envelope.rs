@@ -118,6 +118,12 @@ impl KindRef {
             None => "",
         }
     }
+
+    /// Whether `other` is the same kind, whatever the version: the same
+    /// API group and kind.
+    pub fn same_kind(&self, other: &KindRef) -> bool {
+        self.group() == other.group() && self.kind == other.kind
+    }
 }
 
 /// Where an object lives: its kind, namespace (empty when cluster-scoped

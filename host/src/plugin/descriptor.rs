@@ -224,7 +224,6 @@ pub fn check_object_names(d: &Descriptor, names: &[ObjectName]) -> Result<(), Er
             names.len()
         )));
     }
-    let same_kind = |a: &KindRef, b: &KindRef| a.group() == b.group() && a.kind == b.kind;
     for n in names {
         let shown = || {
             format!(
@@ -233,7 +232,7 @@ pub fn check_object_names(d: &Descriptor, names: &[ObjectName]) -> Result<(), Er
                 bounded::sanitize(&n.suffix, 64)
             )
         };
-        if !valid_kind(&n.kind) || !d.emits.iter().any(|k| same_kind(k, &n.kind)) {
+        if !valid_kind(&n.kind) || !d.emits.iter().any(|k| k.same_kind(&n.kind)) {
             return Err(bad(format!(
                 "{}: its kind is not one the plugin declares in emits",
                 shown()

@@ -394,8 +394,9 @@ pub fn rule_refusal(
     rules: &[(ObjectName, String)],
 ) -> Option<String> {
     rules.iter().find_map(|(rule, by)| {
-        let same_kind = rule.kind.group() == kind.group() && rule.kind.kind == kind.kind;
-        let of = rule.trainjob_of(name).filter(|_| same_kind)?;
+        let of = rule
+            .trainjob_of(name)
+            .filter(|_| rule.kind.same_kind(kind))?;
         (of != owner.name).then(|| {
             format!(
                 "the name {:?} is the {} of TrainJob {:?} by plugin {by}'s naming rule (<trainjob>{}), not this TrainJob's",
