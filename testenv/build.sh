@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build the test control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, JobSet, kwok) and a loopback OCI registry for tests (our
-# go/registry/main.go serving go-containerregistry's pkg/registry) from Go
-# modules, and extract the third-party data files (CRDs, JobSet webhook
+# kube-scheduler, JobSet, kwok), a loopback OCI registry for tests (our
+# go/registry/main.go serving go-containerregistry's pkg/registry) and the
+# Helm CLI the chart tests run (go/helm) from Go modules, and extract the third-party data files (CRDs, JobSet webhook
 # manifests, kwok stages) from the Go module cache, into a cache directory
 # keyed by versions:
 #
@@ -24,6 +24,7 @@ K8S_VERSION=v1.36.3
 ETCD_VERSION=v3.6.8
 JOBSET_VERSION=v0.12.0
 KWOK_VERSION=v0.8.0
+HELM_VERSION=v4.3.1
 SCHED_PLUGINS_VERSION=v0.35.4-devel
 KEY="k${K8S_VERSION#v}-e${ETCD_VERSION#v}-js${JOBSET_VERSION#v}-kw${KWOK_VERSION#v}"
 
@@ -128,7 +129,7 @@ KLDF="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
 -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
 
 # ---- modules -------------------------------------------------------------
-stage download-modules "$GODIR" bash -c 'for m in k8s jobset kwok crdgen registry; do (cd $m && go mod download); done'
+stage download-modules "$GODIR" bash -c 'for m in k8s jobset kwok crdgen registry helm; do (cd $m && go mod download); done'
 
 # ---- data files ------------------------------------------------------------
 moddir() { (cd "$GODIR/$1" && go list -m -f '{{.Dir}}' "$2"); }
@@ -180,6 +181,9 @@ done
 stage jobset "$GODIR/jobset" go build -v -trimpath -ldflags "-s -w" -o "$BIN/jobset" sigs.k8s.io/jobset
 stage kwok "$GODIR/kwok" go build -v -trimpath -ldflags "-s -w" -o "$BIN/kwok" sigs.k8s.io/kwok/cmd/kwok
 stage registry "$GODIR/registry" go build -v -trimpath -ldflags "-s -w" -o "$BIN/registry" .
+stage helm "$GODIR/helm" go build -v -trimpath \
+  -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
+  -o "$BIN/helm" helm.sh/helm/v4/cmd/helm
 
 TOTAL=$(($(date +%s) - TOTAL_START))
 printf '%-26s %5ss\n' total "$TOTAL" >>"$FIGURES"

@@ -28,6 +28,7 @@ mod crds_apiserver;
 mod crds_merge;
 mod events_e2e;
 mod fidelity_e2e;
+mod helm_chart;
 mod kubeflow_sdk;
 mod kueue;
 mod leader_election;

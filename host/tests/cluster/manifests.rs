@@ -171,6 +171,120 @@ fn expected_copies() -> BTreeMap<String, String> {
         "runtimes/kustomization.yaml".into(),
         kustomization(RUNTIMES_HEADER, &runtime_files),
     );
+    let chart: Vec<(String, String)> = chart_copies()
+        .into_iter()
+        .map(|(dst, src)| {
+            let content = match out.get(&src) {
+                Some(generated) => generated.clone(),
+                None => std::fs::read_to_string(manifests().join(&src))
+                    .unwrap_or_else(|e| panic!("reading manifests/{src}: {e}")),
+            };
+            let content = if dst.ends_with(".yaml") {
+                format!("{}{content}", chart_copy_header(&src))
+            } else {
+                content
+            };
+            (dst, content)
+        })
+        .collect();
+    out.extend(chart);
+    out
+}
+
+/// Where the chart keeps copies of `manifests/` files:
+/// `manifests/chart/crds/` (Helm installs them before the templates) and
+/// `manifests/chart/files/` (the templates read them; a chart cannot read
+/// files outside its directory). Chart path → source path, both relative
+/// to `manifests/`.
+fn chart_copies() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut group = |dir: &str, names: Vec<String>, to: &str| {
+        for n in names {
+            out.push((format!("chart/{to}/{n}"), format!("{dir}/{n}")));
+        }
+    };
+    let yaml_of = |dir: &str| -> Vec<String> {
+        yaml_files_in(&manifests().join(dir))
+            .into_iter()
+            .filter(|n| n != "kustomization.yaml")
+            .collect()
+    };
+    let names = |ns: &[&str]| ns.iter().map(|n| format!("{n}.yaml")).collect::<Vec<_>>();
+    group("crds", yaml_of("crds"), "crds");
+    group("runtimes", yaml_of("runtimes"), "files/runtimes");
+    group("plugins", yaml_of("plugins"), "files/plugins");
+    // manifests/operator/ but its namespace (the release's), Deployment
+    // (templates/operator.yaml) and kustomization.
+    group(
+        "operator",
+        names(&[
+            "service_account",
+            "cluster_role",
+            "cluster_role_binding",
+            "leader_election_role",
+            "leader_election_role_binding",
+            "service",
+            "metrics_reader_role",
+        ]),
+        "files/operator",
+    );
+    group(
+        "webhook",
+        names(&[
+            "service",
+            "mutating_webhook_configuration",
+            "validating_webhook_configuration",
+            "role",
+            "role_binding",
+        ]),
+        "files/webhook",
+    );
+    group(
+        "webhook/cert-manager",
+        names(&["issuer", "certificate"]),
+        "files/webhook/cert-manager",
+    );
+    group("tenants", names(&["roles"]), "files/tenants");
+    group(
+        "public",
+        names(&["namespace", "configmap", "role", "role_binding"]),
+        "files/public",
+    );
+    group(
+        "monitoring",
+        vec![
+            "servicemonitor.yaml".into(),
+            "prometheusrule.yaml".into(),
+            "grafana-dashboard.json".into(),
+        ],
+        "files/monitoring",
+    );
+    out
+}
+
+/// The comment a chart copy of `manifests/{src}` starts with.
+fn chart_copy_header(src: &str) -> String {
+    format!(
+        "# GENERATED: a copy of manifests/{src}; regenerate with\n\
+         #   TRAINFORGE_UPDATE_MANIFESTS=1 testenv/by-module.sh cluster manifests\n"
+    )
+}
+
+/// Every file under `dir`, relative to `base`, `/`-separated.
+fn files_under(base: &Path, dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.filter_map(|e| e.ok()) {
+        let path = e.path();
+        if path.is_dir() {
+            out.extend(files_under(base, &path));
+        } else if let Ok(rel) = path.strip_prefix(base) {
+            out.push(rel.to_string_lossy().replace('\\', "/"));
+        }
+    }
+    out.sort();
     out
 }
 
@@ -222,9 +336,17 @@ fn generated_copies_are_current() {
             }
         }
     }
-    for dir in ["crds", "runtimes"] {
-        for name in yaml_files_in(&manifests().join(dir)) {
-            let rel = format!("{dir}/{name}");
+    let generated_dirs = ["crds", "runtimes", "chart/crds", "chart/files"];
+    for dir in generated_dirs {
+        let files: Vec<String> = if dir.starts_with("chart/") {
+            files_under(&manifests(), &manifests().join(dir))
+        } else {
+            yaml_files_in(&manifests().join(dir))
+                .into_iter()
+                .map(|n| format!("{dir}/{n}"))
+                .collect()
+        };
+        for rel in files {
             if !expected.contains_key(&rel) {
                 if update() {
                     std::fs::remove_file(manifests().join(&rel)).unwrap();
@@ -365,7 +487,7 @@ fn cluster_role_has_no_wildcards() {
 
 // ---------------------------------------------------------------- kubectl
 
-fn find_kubectl() -> Option<PathBuf> {
+pub(crate) fn find_kubectl() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("KUBECTL")
         .map(PathBuf::from)
         .filter(|p| p.is_file())
@@ -382,7 +504,7 @@ fn find_kubectl() -> Option<PathBuf> {
 }
 
 /// `kubectl kustomize dir` as JSON values; fails naming the directory.
-fn kustomize(kubectl: &Path, dir: &Path) -> Vec<Value> {
+pub(crate) fn kustomize(kubectl: &Path, dir: &Path) -> Vec<Value> {
     let out = std::process::Command::new(kubectl)
         .arg("kustomize")
         .arg(dir)
