@@ -14,6 +14,7 @@ pub mod goldens;
 pub mod oci;
 pub mod operator;
 pub mod plugin;
+pub mod progress;
 pub mod recording;
 pub mod render;
 pub mod scaffold;
@@ -50,7 +51,11 @@ enum Command {
 /// Parse arguments, run the chosen subcommand and map its result to an exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(matches!(cli.command, Command::Operator(_)));
+    let operator = matches!(cli.command, Command::Operator(_));
+    init_tracing(operator);
+    if !operator {
+        quiet_on_broken_pipe();
+    }
     let result = match cli.command {
         Command::Operator(args) => crate::cmd::operator::main(*args).map_err(|e| e.to_string()),
         Command::Crds(args) => crate::cmd::crds::run(&args).map_err(|e| e.to_string()),
@@ -64,6 +69,28 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `trainforge … | head`: once the reader of stdout is gone, `println!`
+/// panics ("failed printing to stdout: Broken pipe"). A tool then ends
+/// quietly with status 141, as Unix tools that SIGPIPE ends do (128 +
+/// SIGPIPE). Restoring SIGPIPE's default action instead would take unsafe
+/// code, which the workspace forbids; the operator keeps Rust's default
+/// (a closed connection is an error, not the end of the process).
+fn quiet_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
 }
 
 /// Logs go to stderr (stdout carries command output such as YAML), coloured

@@ -5,6 +5,9 @@ use std::path::{Path, PathBuf};
 
 use oci_client::secrets::RegistryAuth;
 
+use indicatif::HumanBytes;
+
+use crate::cmd::progress::{ProgressArgs, Reporter};
 use crate::oci::cosign::{self, FoundSignature, SigningKey, Subject, TrustedKey};
 use crate::oci::registry::{Pulled, Registry, RegistryError, RegistryOptions};
 
@@ -47,6 +50,9 @@ pub struct PushArgs {
     /// How the registry is reached.
     #[command(flatten)]
     pub registry: RegistryArgs,
+    /// What it prints while it runs.
+    #[command(flatten)]
+    pub progress: ProgressArgs,
 }
 
 /// `trainforge plugin pull`.
@@ -60,6 +66,9 @@ pub struct PullArgs {
     /// How the registry is reached.
     #[command(flatten)]
     pub registry: RegistryArgs,
+    /// What it prints while it runs.
+    #[command(flatten)]
+    pub progress: ProgressArgs,
 }
 
 /// `trainforge plugin sign`.
@@ -202,27 +211,35 @@ pub fn push(a: &PushArgs) -> Result<(), CliError> {
     let key = a.sign_key.as_deref().map(read).transpose()?;
     let key = key.as_deref().map(SigningKey::from_pem).transpose()?;
     let (registry, auth) = a.registry.client(reference)?;
+    let report = Reporter::new(a.progress);
     tokio()?.block_on(async {
-        let started = std::time::Instant::now();
-        eprintln!(
+        report.step(format_args!(
             "pushing {} ({}) to {}…",
             a.file.display(),
-            human_bytes(component.len()),
+            HumanBytes(component.len() as u64),
             a.reference
-        );
-        let pulled = registry.push(reference, &component, &auth).await?;
-        eprintln!(
-            "pushed manifest {} in {:.1}s",
-            pulled.manifest_digest,
-            started.elapsed().as_secs_f64()
+        ));
+        let transfer = report.transfer("pushing");
+        let pulled = registry
+            .push_reporting(reference, &component, &auth, transfer.progress())
+            .await?;
+        transfer.finish(
+            format_args!("pushed manifest {}", pulled.manifest_digest),
+            component.len(),
         );
         if let Some(key) = &key {
             let started = std::time::Instant::now();
-            eprintln!("signing {}…", pulled.manifest_digest);
+            report.step(format_args!("signing {}…", pulled.manifest_digest));
             sign_pulled(&registry, &pulled, key, &auth).await?;
-            eprintln!("signed in {:.1}s", started.elapsed().as_secs_f64());
+            report.step(format_args!(
+                "signed in {:.1} s",
+                started.elapsed().as_secs_f64()
+            ));
         }
-        eprintln!("component sha256 {}", crate::plugin::sha256_hex(&component));
+        report.step(format_args!(
+            "component sha256 {}",
+            crate::plugin::sha256_hex(&component)
+        ));
         println!("oci://{}", pulled.pinned);
         Ok(())
     })
@@ -233,20 +250,24 @@ pub fn pull(a: &PullArgs) -> Result<(), CliError> {
     let reference = oci_reference(&a.reference)
         .ok_or_else(|| CliError::Usage(format!("{:?}: expected oci://…", a.reference)))?;
     let (registry, auth) = a.registry.client(reference)?;
-    let started = std::time::Instant::now();
-    eprintln!("pulling {}…", a.reference);
-    let pulled = tokio()?.block_on(registry.pull(reference, &auth, MAX_COMPONENT_BYTES))?;
-    eprintln!(
-        "pulled {} (manifest {}) in {:.1}s",
-        human_bytes(pulled.bytes.len()),
-        pulled.manifest_digest,
-        started.elapsed().as_secs_f64()
+    let report = Reporter::new(a.progress);
+    report.step(format_args!("pulling {}…", a.reference));
+    let transfer = report.transfer("pulling");
+    let pulled = tokio()?.block_on(registry.pull_reporting(
+        reference,
+        &auth,
+        MAX_COMPONENT_BYTES,
+        transfer.progress(),
+    ))?;
+    transfer.finish(
+        format_args!("pulled manifest {}", pulled.manifest_digest),
+        pulled.bytes.len(),
     );
     write(&a.output, &pulled.bytes, false)?;
-    eprintln!(
+    report.step(format_args!(
         "component sha256 {}",
         crate::plugin::sha256_hex(&pulled.bytes)
-    );
+    ));
     println!("oci://{}", pulled.pinned);
     Ok(())
 }
@@ -338,41 +359,4 @@ pub fn verify(a: &VerifyArgs) -> Result<(), CliError> {
     };
     println!("{what}: signed by key {signer:?}");
     Ok(())
-}
-
-/// `n` bytes as people read them (`512 B`, `3.4 MiB`), for progress lines
-/// (no size-formatting crate is in the dependency tree; this is all it needs).
-fn human_bytes(n: usize) -> String {
-    const UNITS: [&str; 3] = ["KiB", "MiB", "GiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64 / 1024.0;
-    let mut unit = UNITS[0];
-    for u in &UNITS[1..] {
-        if v < 1024.0 {
-            break;
-        }
-        v /= 1024.0;
-        unit = u;
-    }
-    format!("{v:.1} {unit}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::human_bytes;
-
-    #[test]
-    fn sizes_read_as_people_read_them() {
-        for (n, want) in [
-            (0, "0 B"),
-            (1023, "1023 B"),
-            (1024, "1.0 KiB"),
-            (3 * 1024 * 1024 + 400 * 1024, "3.4 MiB"),
-            (5 << 30, "5.0 GiB"),
-        ] {
-            assert_eq!(human_bytes(n), want, "{n}");
-        }
-    }
 }

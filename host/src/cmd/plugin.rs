@@ -167,6 +167,9 @@ pub enum PluginCommand {
         /// The directory to write (created if missing).
         #[arg(long)]
         out: PathBuf,
+        /// What it prints while it runs.
+        #[command(flatten)]
+        progress: crate::cmd::progress::ProgressArgs,
     },
     /// Write a new ECDSA P-256 signing key pair (`<out>.key`, `<out>.pub`).
     Keygen(crate::cmd::oci::KeygenArgs),
@@ -276,7 +279,7 @@ pub fn cli_runtime() -> Result<PluginRuntime, Error> {
 /// `DIR` with the operator's engine configuration (the same cache keys the
 /// operator looks up). Builtins are part of this binary, so they compile in
 /// this process.
-fn precompile(out: &Path) -> Result<(), Error> {
+fn precompile(out: &Path, report: crate::cmd::progress::Reporter) -> Result<(), Error> {
     std::fs::create_dir_all(out).map_err(|source| Error::Read {
         path: out.to_owned(),
         source,
@@ -286,12 +289,13 @@ fn precompile(out: &Path) -> Result<(), Error> {
         ..RuntimeConfig::default()
     })?;
     let all = builtin::all();
+    // Progress on stderr: a compile takes seconds to a minute.
+    let steps = report.steps(all.len());
     for (i, b) in all.iter().enumerate() {
         let started = Instant::now();
-        // Progress on stderr: a compile takes seconds to a minute.
-        eprintln!("[{}/{}] {}…", i + 1, all.len(), b.crate_name);
+        steps.start(i, b.crate_name);
         let (_, outcome) = rt.load_traced(b.trusted_source())?;
-        println!(
+        steps.result(format_args!(
             "{}: {} in {} ms",
             b.crate_name,
             match outcome {
@@ -299,8 +303,9 @@ fn precompile(out: &Path) -> Result<(), Error> {
                 _ => "already there",
             },
             started.elapsed().as_millis()
-        );
+        ));
     }
+    steps.finish();
     println!(
         "{} builtin plugins precompiled into {}",
         builtin::all().len(),
@@ -441,8 +446,8 @@ pub fn run(cmd: PluginCommand) -> Result<(), Error> {
         return crate::plugin::run_compile_worker(*memory_bytes, input, output)
             .map_err(Error::Worker);
     }
-    if let PluginCommand::Precompile { out } = &cmd {
-        return precompile(out);
+    if let PluginCommand::Precompile { out, progress } = &cmd {
+        return precompile(out, crate::cmd::progress::Reporter::new(*progress));
     }
     match &cmd {
         PluginCommand::Keygen(a) => return Ok(crate::cmd::oci::keygen(a)?),

@@ -304,10 +304,24 @@ impl Registry {
         auth: &RegistryAuth,
         max_bytes: usize,
     ) -> Result<Pulled, RegistryError> {
+        self.pull_reporting(reference, auth, max_bytes, None).await
+    }
+
+    /// [`Registry::pull`], telling `progress` how much of the component's
+    /// layer has arrived as it arrives.
+    pub async fn pull_reporting(
+        &self,
+        reference: &str,
+        auth: &RegistryAuth,
+        max_bytes: usize,
+        progress: Option<Progress>,
+    ) -> Result<Pulled, RegistryError> {
         let r = parse(reference)?;
         self.check_host(&r).await?;
-        self.run(&r, async |s| pull_in(s, &r, auth, max_bytes).await)
-            .await
+        self.run(&r, async |s| {
+            pull_in(s, &r, auth, max_bytes, progress.as_ref()).await
+        })
+        .await
     }
 
     /// The cosign signatures stored for `pulled` (none when its signature
@@ -331,6 +345,18 @@ impl Registry {
         component: &[u8],
         auth: &RegistryAuth,
     ) -> Result<Pulled, RegistryError> {
+        self.push_reporting(reference, component, auth, None).await
+    }
+
+    /// [`Registry::push`], telling `progress` how much of the component
+    /// has been sent as the registry takes it.
+    pub async fn push_reporting(
+        &self,
+        reference: &str,
+        component: &[u8],
+        auth: &RegistryAuth,
+        progress: Option<Progress>,
+    ) -> Result<Pulled, RegistryError> {
         let r = parse(reference)?;
         self.check_host(&r).await?;
         artifact::check_wasm_magic(component).map_err(|source| RegistryError::Artifact {
@@ -350,8 +376,14 @@ impl Registry {
                 .push_blob(&r, a.config.clone(), &a.config_descriptor.digest)
                 .await
                 .map_err(|e| classify(&r, "config blob", e))?;
+            let size = component.len() as u64;
             s.client
-                .push_blob(&r, component.to_vec(), &a.layer_descriptor.digest)
+                .push_blob_stream(
+                    &r,
+                    upload_chunks(component, progress.clone()),
+                    &a.layer_descriptor.digest,
+                    Some(size),
+                )
                 .await
                 .map_err(|e| classify(&r, "layer blob", e))?;
             push_manifest(s, &r, a.manifest.clone()).await
@@ -456,6 +488,7 @@ async fn pull_in(
     r: &Reference,
     auth: &RegistryAuth,
     max_bytes: usize,
+    progress: Option<&Progress>,
 ) -> Result<Pulled, RegistryError> {
     let whole = r.whole();
     let bad = |source| RegistryError::Artifact {
@@ -476,7 +509,7 @@ async fn pull_in(
         artifact::check_digest("the manifest", &raw, want).map_err(bad)?;
     }
     let layer = artifact::wasm_layer(&raw, max_bytes).map_err(bad)?;
-    let bytes = blob(s, r, &layer, max_bytes).await?;
+    let bytes = blob(s, r, &layer, max_bytes, progress).await?;
     artifact::check_digest("the layer", &bytes, &layer.digest).map_err(bad)?;
     artifact::check_wasm_magic(&bytes).map_err(bad)?;
     let repository = repository_of(r);
@@ -520,7 +553,7 @@ async fn signatures_in(
         else {
             continue;
         };
-        let payload = blob(s, r, layer, cosign::MAX_PAYLOAD_BYTES).await?;
+        let payload = blob(s, r, layer, cosign::MAX_PAYLOAD_BYTES, None).await?;
         if artifact::check_digest("a signature payload", &payload, &layer.digest).is_err() {
             continue;
         }
@@ -615,6 +648,7 @@ async fn blob(
     r: &Reference,
     layer: &OciDescriptor,
     max: usize,
+    progress: Option<&Progress>,
 ) -> Result<Vec<u8>, RegistryError> {
     let declared = usize::try_from(layer.size).unwrap_or(usize::MAX).min(max);
     let mut stream = s
@@ -638,8 +672,41 @@ async fn blob(
             });
         }
         out.extend_from_slice(&chunk);
+        if let Some(p) = progress {
+            p(out.len() as u64, declared as u64);
+        }
     }
     Ok(out)
+}
+
+/// Told, as a blob moves, how many of its bytes have (first) and how many
+/// it has in all (second); for the author commands' progress.
+pub type Progress = std::sync::Arc<dyn Fn(u64, u64) + Send + Sync>;
+
+/// Bytes of one piece of an upload: the unit `progress` hears about.
+const UPLOAD_CHUNK: usize = 256 * 1024;
+
+/// `component` as the stream a blob upload reads, in [`UPLOAD_CHUNK`]
+/// pieces, telling `progress` as each is taken (the HTTP body reads the
+/// next piece once the last is on its way).
+fn upload_chunks(
+    component: &[u8],
+    progress: Option<Progress>,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, OciDistributionError>> + Send + 'static {
+    let whole = bytes::Bytes::copy_from_slice(component);
+    let total = whole.len() as u64;
+    let pieces: Vec<bytes::Bytes> = (0..whole.len())
+        .step_by(UPLOAD_CHUNK)
+        .map(|start| whole.slice(start..(start + UPLOAD_CHUNK).min(whole.len())))
+        .collect();
+    let mut sent = 0u64;
+    futures::stream::iter(pieces.into_iter().map(move |piece| {
+        sent += piece.len() as u64;
+        if let Some(p) = &progress {
+            p(sent, total);
+        }
+        Ok(piece)
+    }))
 }
 
 async fn push_manifest(s: &Session, r: &Reference, manifest: Vec<u8>) -> Result<(), RegistryError> {

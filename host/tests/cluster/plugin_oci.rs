@@ -212,6 +212,7 @@ fn push(file: &Path, reference: &str, ca: &Path, key: Option<&Path>) -> String {
         out.starts_with("oci://") && out.contains("@sha256:"),
         "{out}"
     );
+    assert!(err.is_empty(), "progress off a terminal: {err}");
     out
 }
 
@@ -408,7 +409,55 @@ async fn oci_plugins_are_pulled_verified_and_pinned() {
         pulled.to_str().unwrap(),
     ]);
     assert!(ok && out == pinned1, "{out} {err}");
+    assert!(err.is_empty(), "progress off a terminal: {err}");
     assert_eq!(std::fs::read(&pulled).unwrap(), v1);
+    // `--progress plain`: each step, with the bytes moved, the time and the rate.
+    let (ok, out, err) = trainforge(&[
+        "plugin",
+        "push",
+        f1.to_str().unwrap(),
+        &format!("oci://{host}/vendor/plugin:progress"),
+        "--ca-file",
+        ca,
+        "--sign-key",
+        vendor_key.to_str().unwrap(),
+        "--progress",
+        "plain",
+    ]);
+    assert!(ok && out.starts_with("oci://"), "{out} {err}");
+    let size = indicatif::HumanBytes(v1.len() as u64).to_string();
+    let digest = pinned1.rsplit('@').next().unwrap();
+    for want in [
+        format!(
+            "pushing {} ({size}) to oci://{host}/vendor/plugin:progress…",
+            f1.display()
+        ),
+        format!("pushed manifest {digest}: {size} in "),
+        format!("signing {digest}…"),
+        "signed in ".to_owned(),
+        format!("component sha256 {}", trainforge::plugin::sha256_hex(&v1)),
+    ] {
+        assert!(err.contains(&want), "{want:?} not in {err}");
+    }
+    assert!(err.contains("/s)"), "a rate: {err}");
+    let (ok, _, err) = trainforge(&[
+        "plugin",
+        "pull",
+        "--ca-file",
+        ca,
+        &stable,
+        "-o",
+        pulled.to_str().unwrap(),
+        "--progress",
+        "plain",
+    ]);
+    assert!(ok, "{err}");
+    for want in [
+        format!("pulling {stable}…"),
+        format!("pulled manifest {digest}: {size} in "),
+    ] {
+        assert!(err.contains(&want), "{want:?} not in {err}");
+    }
 
     let ctl = Controller::start(
         &client,

@@ -898,6 +898,42 @@ fn precompiled_builtins_ship_beside_the_binary() {
         builtin::all().len(),
         "one artifact per builtin: {stdout}"
     );
+    // Progress: none off a terminal (this pipe) unless asked for; a line
+    // per builtin with `--progress plain`; the results on stdout either way.
+    assert!(stderr.is_empty(), "progress off a terminal: {stderr}");
+    let n = builtin::all().len();
+    let (ok, stdout, stderr) = trainforge(&[
+        "plugin",
+        "precompile",
+        "--out",
+        out.to_str().unwrap(),
+        "--progress",
+        "plain",
+    ]);
+    assert!(ok, "{stderr}");
+    for (i, b) in builtin::all().iter().enumerate() {
+        let step = format!("[{}/{n}] {}…", i + 1, b.crate_name);
+        assert!(stderr.contains(&step), "{step:?} not in {stderr}");
+        assert!(
+            stdout.contains(&format!("{}: already there", b.crate_name)),
+            "{stdout}"
+        );
+    }
+    // A reader that goes away (`| head`): a quiet end, as Unix tools have.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_trainforge"))
+        .args(["plugin", "precompile", "--out", out.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let gone = child.wait_with_output().unwrap();
+    assert_eq!(gone.status.code(), Some(141), "{gone:?}");
+    assert!(
+        gone.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&gone.stderr)
+    );
     assert!(!builtin::all().is_empty());
 
     let cache = tempfile::tempdir().unwrap();
