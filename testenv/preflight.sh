@@ -7,7 +7,7 @@
 # there (a few rustup queries, well under a second).
 #
 #   testenv/preflight.sh           the Rust toolchain
-#   testenv/preflight.sh --tests   also the tools the tests run (kubectl)
+#   testenv/preflight.sh --tests   also the tools the tests run (kubectl; apt-get, dpkg-deb, curl for the image)
 #
 # Environment: RUSTUP_TOOLCHAIN, when set, names the toolchain to check instead
 # of the pinned one (rustup gives it precedence over rust-toolchain.toml too).
@@ -97,4 +97,10 @@ fi
 if ((TESTS)); then
   command -v kubectl >/dev/null ||
     die "kubectl is not on PATH; the control-plane tests run it: install any recent kubectl (https://kubernetes.io/docs/tasks/tools/), then run make test again"
+  # The image test (host/tests/cluster/image.rs) assembles the operator image
+  # from Debian's packages (testenv/image.sh).
+  for t in apt-get apt-cache dpkg-deb curl; do
+    command -v "$t" >/dev/null ||
+      die "$t is not on PATH; the image test builds the operator image from Debian bookworm's packages with it (testenv/image.sh): run make test on Debian or Ubuntu with apt, dpkg and curl"
+  done
 fi
