@@ -50,7 +50,7 @@ async fn setup() -> Option<(&'static TestEnv, &'static Operator, kube::Client)> 
             op.wait_ready().await;
             wait_default_plugins_ready(&client).await;
             // Runtimes go through the runtime webhooks too: wait until they answer.
-            wait_admission(&client).await;
+            wait_admission(&client, "default").await;
             for f in [
                 "api/tests/fixtures/upstream/torch-distributed.yaml",
                 "api/tests/fixtures/brief/clustertrainingruntime-with-initializer.yaml",
@@ -64,24 +64,6 @@ async fn setup() -> Option<(&'static TestEnv, &'static Operator, kube::Client)> 
         .await;
     op.wait_ready().await;
     Some((env, op, client))
-}
-
-/// Until the TrainJob validating webhook answers (the CA bundle is in place
-/// and the operator listens): a TrainJob of a missing runtime is refused by
-/// the webhook rather than by a TLS or connection error.
-async fn wait_admission(client: &kube::Client) {
-    let probe = trainjob_object("default", "admission-probe", "absent-runtime", json!({}));
-    eventually(
-        "the TrainJob webhook to answer",
-        Duration::from_secs(120),
-        || async {
-            let out = create(client, &probe, true).await;
-            out.message
-                .contains("specified clusterTrainingRuntime must be created")
-                .then_some(())
-        },
-    )
-    .await;
 }
 
 /// What a case expects.

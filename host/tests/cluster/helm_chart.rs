@@ -32,9 +32,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use trainforge_testenv::{Mode, TestEnv};
 
-use crate::manifests::{find_kubectl, kustomize};
+use crate::manifests::{find_kubectl, find_tool, kustomize};
 use crate::operator_common::{
-    Operator, apply, create, eventually, get, is_true, root, trainjob, trainjob_object,
+    Operator, apply, eventually, get, is_true, root, trainjob, trainjob_object, wait_admission,
     webhook_front,
 };
 
@@ -60,26 +60,10 @@ fn note(msg: &str) {
     let _ = writeln!(std::io::stderr(), "helm chart test: {msg}");
 }
 
-fn find_helm() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("HELM")
-        .map(PathBuf::from)
-        .filter(|p| p.is_file())
-    {
-        return Some(p);
-    }
-    let cached = trainforge_testenv::paths::Paths::from_env().binary("helm");
-    if cached.is_file() {
-        return Some(cached);
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join("helm"))
-        .find(|p| p.is_file())
-}
-
 /// `helm` and `kubectl`, or `None` (skip; a failure when the testenv is
 /// required).
 fn tools() -> Option<(PathBuf, PathBuf)> {
-    match (find_helm(), find_kubectl()) {
+    match (find_tool("HELM", "helm"), find_kubectl()) {
         (Some(h), Some(k)) => Some((h, k)),
         (h, k) => {
             let missing = [("helm", h.is_none()), ("kubectl", k.is_none())]
@@ -729,18 +713,9 @@ fn chart_operator_args(manifest: &[Value], ns: &str) -> Vec<String> {
 }
 
 async fn cluster_runtimes(client: &kube::Client) -> BTreeSet<String> {
-    let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
-        client.clone(),
-        &kube::api::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk(
-                "trainer.kubeflow.org",
-                "v1alpha1",
-                "ClusterTrainingRuntime",
-            ),
-            "clustertrainingruntimes",
-        ),
-    );
-    api.list(&Default::default())
+    use trainforge_api::trainer::v1alpha1::ClusterTrainingRuntime;
+    kube::Api::<ClusterTrainingRuntime>::all(client.clone())
+        .list(&Default::default())
         .await
         .unwrap()
         .items
@@ -748,23 +723,6 @@ async fn cluster_runtimes(client: &kube::Client) -> BTreeSet<String> {
         .filter(|o| o.metadata.deletion_timestamp.is_none())
         .filter_map(|o| o.metadata.name)
         .collect()
-}
-
-/// Until a TrainJob of a missing runtime is refused by the TrainJob
-/// webhook (its CA bundle in place, the operator serving it).
-async fn wait_admission(client: &kube::Client, ns: &str) -> String {
-    let probe = trainjob_object(ns, "admission-probe", "absent-runtime", json!({}));
-    eventually(
-        "the TrainJob webhook to answer",
-        Duration::from_secs(120),
-        || async {
-            let out = create(client, &probe, true).await;
-            out.message
-                .contains("specified clusterTrainingRuntime must be created")
-                .then_some(out.message)
-        },
-    )
-    .await
 }
 
 #[tokio::test]

@@ -488,18 +488,23 @@ fn cluster_role_has_no_wildcards() {
 // ---------------------------------------------------------------- kubectl
 
 pub(crate) fn find_kubectl() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("KUBECTL")
+    find_tool("KUBECTL", "kubectl")
+}
+
+/// The executable `name`: `$var`, else the testenv binary cache, else `PATH`.
+pub(crate) fn find_tool(var: &str, name: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(var)
         .map(PathBuf::from)
         .filter(|p| p.is_file())
     {
         return Some(p);
     }
-    let cached = trainforge_testenv::paths::Paths::from_env().binary("kubectl");
+    let cached = trainforge_testenv::paths::Paths::from_env().binary(name);
     if cached.is_file() {
         return Some(cached);
     }
     std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join("kubectl"))
+        .map(|d| d.join(name))
         .find(|p| p.is_file())
 }
 

@@ -795,6 +795,30 @@ pub async fn create(client: &kube::Client, obj: &Value, dry_run: bool) -> Outcom
     send(client, http::Method::POST, &uri, obj).await
 }
 
+/// Until the TrainJob validating webhook answers in `ns` (the CA bundle is
+/// in place and an operator listens): a TrainJob of a missing runtime is
+/// refused by the webhook rather than by a TLS or connection error.
+/// Returns the refusal's message.
+pub async fn wait_admission(client: &kube::Client, ns: &str) -> String {
+    let probe = trainjob_object(
+        ns,
+        "admission-probe",
+        "absent-runtime",
+        serde_json::json!({}),
+    );
+    eventually(
+        "the TrainJob webhook to answer",
+        Duration::from_secs(120),
+        || async {
+            let out = create(client, &probe, true).await;
+            out.message
+                .contains("specified clusterTrainingRuntime must be created")
+                .then_some(out.message)
+        },
+    )
+    .await
+}
+
 /// PUT the whole object (an update through admission).
 pub async fn update(client: &kube::Client, obj: &Value) -> Outcome {
     let name = obj["metadata"]["name"].as_str().unwrap();
