@@ -23,6 +23,8 @@
 //! | `trainforge_plugin_call_duration_seconds` | `plugin`, `phase` | plugin call latency, 1 µs – 4 s buckets |
 //! | `trainforge_plugin_failures_total` | `plugin`, `phase`, `reason` | failed plugin calls |
 //! | `trainforge_plugin_memory_high_water_bytes` | `plugin` | largest guest memory seen (gauge) |
+//! | `trainforge_plugin_loads_total` | `plugin`, `outcome`, `reason` | plugin loads: where the code came from (`compiled`, `memory`, `disk`, `shipped`) or `failed` with the reason (`reason` empty otherwise) |
+//! | `trainforge_plugin_load_duration_seconds` | `outcome` | plugin load latency (compile or cache hit, checks, `describe`), 1 ms – 65 s buckets |
 //! | `trainforge_tenant_plugin_calls_total` | `namespace`, `plugin`, `phase` | calls of tenant plugins (`TrainerPlugin`s; the families above name them `<namespace>/<plugin>`) |
 //! | `trainforge_tenant_plugin_failures_total` | `namespace`, `plugin`, `phase`, `reason` | failed calls of tenant plugins |
 //! | `trainforge_admission_requests_total` | `webhook`, `operation`, `result` | admission reviews answered (`allowed`, `denied`, `error`) |
@@ -84,6 +86,20 @@ struct PluginFailureLabels {
     plugin: String,
     phase: String,
     reason: String,
+}
+
+/// Labels `{plugin, outcome, reason}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLoadLabels {
+    plugin: String,
+    outcome: String,
+    reason: String,
+}
+
+/// Labels `{outcome}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
 }
 
 /// Labels `{namespace, plugin, phase}`.
@@ -155,6 +171,12 @@ fn plugin_call_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1e-6, 4.0, 12))
 }
 
+/// Plugin load latency buckets: 1 ms … ~65 s (×2): a cached artifact in
+/// milliseconds, a compile in seconds up to the compile deadline.
+fn plugin_load_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-3, 2.0, 17))
+}
+
 /// The operator's metrics registry and typed families.
 #[derive(Debug)]
 pub struct Metrics {
@@ -176,6 +198,8 @@ pub struct Metrics {
     plugin_call_duration: HistogramFamily<PluginPhaseLabels>,
     plugin_failures: Family<PluginFailureLabels, Counter>,
     plugin_memory: Family<PluginLabels, Gauge>,
+    plugin_loads: Family<PluginLoadLabels, Counter>,
+    plugin_load_duration: HistogramFamily<OutcomeLabels>,
     tenant_calls: Family<TenantPhaseLabels, Counter>,
     tenant_failures: Family<TenantFailureLabels, Counter>,
     remembered: Gauge,
@@ -301,6 +325,19 @@ impl Metrics {
             "Largest guest linear memory seen in one call, by plugin",
             plugin_memory.clone(),
         );
+        let plugin_loads = Family::<PluginLoadLabels, Counter>::default();
+        registry.register(
+            "trainforge_plugin_loads",
+            "Plugin loads, by plugin, where the code came from (compiled, memory, disk, shipped) or failed, and why",
+            plugin_loads.clone(),
+        );
+        let plugin_load_duration: HistogramFamily<OutcomeLabels> =
+            Family::new_with_constructor(plugin_load_histogram);
+        registry.register(
+            "trainforge_plugin_load_duration_seconds",
+            "Plugin load latency in seconds (compile or cache hit, checks, describe), by outcome",
+            plugin_load_duration.clone(),
+        );
         let tenant_calls = Family::<TenantPhaseLabels, Counter>::default();
         registry.register(
             "trainforge_tenant_plugin_calls",
@@ -382,6 +419,8 @@ impl Metrics {
             plugin_call_duration,
             plugin_failures,
             plugin_memory,
+            plugin_loads,
+            plugin_load_duration,
             tenant_calls,
             tenant_failures,
             remembered,
@@ -618,6 +657,27 @@ impl crate::plugin::CallObserver for Metrics {
     ) {
         self.plugin_call(plugin, phase, elapsed, failure, memory_high_water_bytes);
     }
+
+    fn on_load(
+        &self,
+        plugin: &str,
+        outcome: &'static str,
+        failure: Option<&'static str>,
+        elapsed: Duration,
+    ) {
+        self.plugin_loads
+            .get_or_create(&PluginLoadLabels {
+                plugin: plugin.to_owned(),
+                outcome: outcome.to_owned(),
+                reason: failure.unwrap_or_default().to_owned(),
+            })
+            .inc();
+        self.plugin_load_duration
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
 }
 
 #[cfg(test)]
@@ -795,6 +855,47 @@ mod tests {
             Some(1.0)
         );
         assert_eq!(at("trainforge_applied_objects_remembered"), Some(7.0));
+    }
+
+    #[test]
+    fn plugin_loads_by_outcome_and_failure_reason() {
+        use crate::plugin::CallObserver;
+        let m = Metrics::new();
+        let observer: &dyn CallObserver = &m;
+        observer.on_load("torch", "shipped", None, Duration::from_millis(3));
+        observer.on_load("torch", "shipped", None, Duration::from_millis(2));
+        observer.on_load("vendor", "compiled", None, Duration::from_secs(7));
+        observer.on_load(
+            "vendor",
+            "failed",
+            Some("CompileTimeout"),
+            Duration::from_secs(60),
+        );
+        let text = m.encode();
+        let at = |series: &str| sample(&text, series);
+        assert_eq!(
+            at(r#"trainforge_plugin_loads_total{plugin="torch",outcome="shipped",reason=""}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            at(
+                r#"trainforge_plugin_loads_total{plugin="vendor",outcome="failed",reason="CompileTimeout"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            at(r#"trainforge_plugin_load_duration_seconds_count{outcome="compiled"}"#),
+            Some(1.0)
+        );
+        // A 7 s compile falls in the 8.192 s bucket, not the 4.096 s one.
+        assert_eq!(
+            at(r#"trainforge_plugin_load_duration_seconds_bucket{le="4.096",outcome="compiled"}"#),
+            Some(0.0)
+        );
+        assert_eq!(
+            at(r#"trainforge_plugin_load_duration_seconds_bucket{le="8.192",outcome="compiled"}"#),
+            Some(1.0)
+        );
     }
 
     #[test]

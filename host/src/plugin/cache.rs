@@ -30,6 +30,18 @@ pub enum CacheOutcome {
     Compiled,
 }
 
+impl CacheOutcome {
+    /// The outcome as metrics and logs name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheOutcome::Memory => "memory",
+            CacheOutcome::Disk => "disk",
+            CacheOutcome::Shipped => "shipped",
+            CacheOutcome::Compiled => "compiled",
+        }
+    }
+}
+
 /// sha256 of `bytes`, lower-case hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))

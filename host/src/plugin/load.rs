@@ -152,8 +152,21 @@ impl PluginRuntime {
 
     /// Like [`PluginRuntime::load`], also telling where the compiled code
     /// came from. A component refused after compiling is evicted from the
-    /// caches.
+    /// caches. The observer hears of every load, failed or not.
     pub fn load_traced(&self, src: PluginSource) -> Result<(LoadedPlugin, CacheOutcome), Error> {
+        let started = std::time::Instant::now();
+        let label = bounded::sanitize(&src.label, 253);
+        let loaded = self.load_unobserved(src);
+        let (outcome, failure) = match &loaded {
+            Ok((_, o)) => (o.as_str(), None),
+            Err(e) => ("failed", Some(e.reason())),
+        };
+        self.observer
+            .notify_load(&label, outcome, failure, started.elapsed());
+        loaded
+    }
+
+    fn load_unobserved(&self, src: PluginSource) -> Result<(LoadedPlugin, CacheOutcome), Error> {
         let label = bounded::sanitize(&src.label, 253);
         if src.bytes.len() > self.config.max_component_bytes {
             return Err(Error::LoadFailed {
@@ -529,6 +542,46 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.reason(), "LoadFailed", "{e}");
         assert!(e.to_string().contains("junk.wasm"));
+    }
+
+    #[test]
+    #[allow(clippy::panic)]
+    fn the_observer_hears_of_every_load_and_where_its_code_came_from() {
+        use std::sync::Mutex;
+        #[derive(Default)]
+        struct Loads(Mutex<Vec<(String, &'static str, Option<&'static str>)>>);
+        impl CallObserver for Loads {
+            fn on_call(&self, _: &str, _: &str, _: Duration, _: Option<&'static str>, _: usize) {}
+            fn on_load(
+                &self,
+                plugin: &str,
+                outcome: &'static str,
+                failure: Option<&'static str>,
+                _: Duration,
+            ) {
+                if let Ok(mut v) = self.0.lock() {
+                    v.push((plugin.to_owned(), outcome, failure));
+                }
+            }
+        }
+        let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
+        let loads = Arc::new(Loads::default());
+        rt.set_observer(loads.clone());
+        let Some(b) = builtin::all().first() else {
+            panic!("no builtin plugins embedded");
+        };
+        rt.load(b.trusted_source()).unwrap();
+        rt.load(b.trusted_source()).unwrap();
+        rt.load(PluginSource::new("junk.wasm", b"\0asm garbage".to_vec()))
+            .unwrap_err();
+        let seen = loads.0.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert_eq!((seen[0].1, seen[0].2), ("compiled", None), "{seen:?}");
+        assert_eq!((seen[1].1, seen[1].2), ("memory", None), "{seen:?}");
+        assert_eq!(
+            seen[2],
+            ("junk.wasm".to_owned(), "failed", Some("LoadFailed"))
+        );
     }
 
     #[test]

@@ -23,6 +23,21 @@ pub trait CallObserver: Send + Sync {
         failure: Option<&'static str>,
         memory_high_water_bytes: usize,
     );
+
+    /// Told about every load ([`PluginRuntime::load`](super::PluginRuntime::load):
+    /// compile or cache hit, interface check, `describe`), on the loading
+    /// thread: `plugin` the source's label; `outcome` where its code came
+    /// from (`compiled`, `memory`, `disk`, `shipped`) or `failed`;
+    /// `failure` the [`Error::reason`](super::Error::reason) when it failed.
+    fn on_load(
+        &self,
+        plugin: &str,
+        outcome: &'static str,
+        failure: Option<&'static str>,
+        elapsed: Duration,
+    ) {
+        let _ = (plugin, outcome, failure, elapsed);
+    }
 }
 
 /// The runtime's observer, shared with every plugin it loaded (so
@@ -57,6 +72,24 @@ impl ObserverSlot {
         };
         if let Some(o) = observer {
             o.on_call(plugin, phase, elapsed, failure, high_water);
+        }
+    }
+}
+
+impl ObserverSlot {
+    pub(crate) fn notify_load(
+        &self,
+        plugin: &str,
+        outcome: &'static str,
+        failure: Option<&'static str>,
+        elapsed: Duration,
+    ) {
+        let observer = match self.0.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        if let Some(o) = observer {
+            o.on_load(plugin, outcome, failure, elapsed);
         }
     }
 }

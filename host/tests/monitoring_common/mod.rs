@@ -141,6 +141,13 @@ pub fn with_every_family() -> trainforge::ops::Metrics {
     );
     m.admission_done("trainjob", "CREATE", "allowed", Duration::from_millis(1));
     m.admission_plugin_call("torch", "failed", Some("Timeout"), Duration::from_millis(1));
+    trainforge::plugin::CallObserver::on_load(
+        &m,
+        "torch",
+        "failed",
+        Some("CompileTimeout"),
+        Duration::from_secs(1),
+    );
     m
 }
 
