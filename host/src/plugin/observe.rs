@@ -58,6 +58,13 @@ impl ObserverSlot {
         }
     }
 
+    fn current(&self) -> Option<Arc<dyn CallObserver>> {
+        match self.0.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
     pub(crate) fn notify(
         &self,
         plugin: &str,
@@ -66,17 +73,11 @@ impl ObserverSlot {
         failure: Option<&'static str>,
         high_water: usize,
     ) {
-        let observer = match self.0.read() {
-            Ok(g) => g.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        };
-        if let Some(o) = observer {
+        if let Some(o) = self.current() {
             o.on_call(plugin, phase, elapsed, failure, high_water);
         }
     }
-}
 
-impl ObserverSlot {
     pub(crate) fn notify_load(
         &self,
         plugin: &str,
@@ -84,11 +85,7 @@ impl ObserverSlot {
         failure: Option<&'static str>,
         elapsed: Duration,
     ) {
-        let observer = match self.0.read() {
-            Ok(g) => g.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        };
-        if let Some(o) = observer {
+        if let Some(o) = self.current() {
             o.on_load(plugin, outcome, failure, elapsed);
         }
     }
