@@ -65,6 +65,7 @@ fn alerts_are_complete() {
     for wanted in [
         "TrainforgePluginFailing",
         "TrainforgePluginNotServing",
+        "TrainforgePluginLoadFailing",
         "TrainforgeReconcileErrors",
         "TrainforgeAdmissionSlow",
         "TrainforgeOperatorDown",
